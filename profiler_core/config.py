@@ -1,0 +1,99 @@
+"""Options declared once, read from flags, `PROFILER_*` env vars and defaults (in that order)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ENV_PREFIX = "PROFILER_"
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # flag without dashes, e.g. "top-k"
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper().replace("-", "_")
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def duration(text: str) -> float:
+    """Seconds from `500ms`, `30s`, `5m`, `12h`, `7d` or a plain number of seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (examples: 30s, 5m, 7d)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|K|M|G)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
+_SIZE_UNITS |= {"g": 1024**3, "gib": 1024**3}
+
+
+def size(text: str) -> int:
+    """Bytes from `4MiB`, `512KiB`, `1G` or a plain number of bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (examples: 4MiB, 512KiB)")
+    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"must be positive: {text}")
+    return value
+
+
+def build_parser(prog: str, description: str, options: Sequence[Option]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for option in options:
+        parser.add_argument(
+            option.flag,
+            dest=option.dest,
+            default=None,
+            help=f"{option.help} [env {option.env}; default {option.default}]",
+        )
+    return parser
+
+
+def resolve(
+    options: Sequence[Option],
+    args: argparse.Namespace,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Values by dest: flag if given, else env var, else default; parse errors name the source."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for option in options:
+        raw = getattr(args, option.dest, None)
+        source = option.flag
+        if raw is None and option.env in environ:
+            raw, source = environ[option.env], option.env
+        if raw is None:
+            values[option.dest] = option.default
+            continue
+        try:
+            values[option.dest] = option.parse(raw)
+        except ValueError as exc:
+            raise SystemExit(f"invalid value for {source}: {exc}") from None
+    return values

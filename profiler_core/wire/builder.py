@@ -1,0 +1,73 @@
+"""Builds one Batch message from records and event runs."""
+
+from __future__ import annotations
+
+from profiler_core.wire import ingest_pb2
+from profiler_core.wire.columns import EventColumns
+
+
+class BatchBuilder:
+    def __init__(self) -> None:
+        self._batch = ingest_pb2.Batch()
+        self._events = EventColumns()
+
+    @property
+    def event_count(self) -> int:
+        return len(self._events)
+
+    def function(
+        self, fid: int, module: str, qualname: str, file: str = "", line: int = 0, kind: int = 0
+    ) -> None:
+        self._batch.functions.add(
+            id=fid, module=module, qualname=qualname, file=file, line=line, kind=kind
+        )
+
+    def start(self, request_id: int, route: str, method: str, start_ns: int) -> None:
+        self._batch.request_starts.add(
+            request_id=request_id, route=route, method=method, start_ns=start_ns
+        )
+
+    def lane(
+        self,
+        request_id: int,
+        lane_id: int,
+        kind: int,
+        name: str,
+        parent_lane: int = 0,
+        parent_call: int = 0,
+        start_ns: int = 0,
+    ) -> None:
+        self._batch.lanes.add(
+            request_id=request_id,
+            lane_id=lane_id,
+            kind=kind,
+            name=name,
+            parent_lane=parent_lane,
+            parent_call=parent_call,
+            start_ns=start_ns,
+        )
+
+    def run(
+        self,
+        request_id: int,
+        lane_id: int,
+        kinds: bytes | bytearray,
+        functions: list[int],
+        calls: list[int],
+        times: list[int],
+    ) -> None:
+        self._events.add_run(request_id, lane_id, kinds, functions, calls, times)
+
+    def end(self, request_id: int, end_ns: int, status: int = 0, truncated: bool = False) -> None:
+        self._batch.request_ends.add(
+            request_id=request_id, end_ns=end_ns, status=status, truncated=truncated
+        )
+
+    def drops(self, requests: dict[str, int], events: dict[str, int]) -> None:
+        self._batch.drops.requests.update(requests)
+        self._batch.drops.events.update(events)
+
+    def build(self, seq: int) -> ingest_pb2.Batch:
+        self._batch.seq = seq
+        self._events.write(self._batch.events)
+        return self._batch

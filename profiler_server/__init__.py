@@ -1,0 +1,1 @@
+"""The profiling server: gRPC ingest -> call-tree assembly -> storage -> metrics and API."""

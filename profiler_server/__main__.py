@@ -1,0 +1,3 @@
+from profiler_server.cli import main
+
+main()

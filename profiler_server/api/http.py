@@ -1,0 +1,130 @@
+"""HTTP: JSON API, /metrics, /healthz (Starlette; sync endpoints run in its thread pool)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from sqlalchemy import Engine
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from profiler_server.api import views
+from profiler_server.storage import queries
+
+MAX_LIMIT = 1000
+
+
+def _time_ns(value: str | None, name: str) -> int | None:
+    """ISO-8601 (`2026-11-22T10:00:00Z`) or epoch seconds."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(float(value) * 1e9)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise HTTPException(
+            400, f"{name}: expected ISO-8601 or epoch seconds, got {value!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        raise HTTPException(400, f"{name}: give a time zone (e.g. a trailing Z for UTC)")
+    return int(parsed.timestamp() * 1e9)
+
+
+def _number(value: str | None, name: str, default: float | None = None) -> float | None:
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise HTTPException(400, f"{name}: expected a number, got {value!r}") from None
+
+
+def _choice(value: str | None, name: str, allowed: tuple[str, ...]) -> str:
+    if value is None or value == "":
+        return allowed[0]
+    if value not in allowed:
+        raise HTTPException(400, f"{name}: expected one of {', '.join(allowed)}")
+    return value
+
+
+def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], bool]) -> Starlette:
+    def list_requests(request: Request) -> JSONResponse:
+        q = request.query_params
+        min_ms = _number(q.get("min_duration_ms"), "min_duration_ms")
+        limit = int(_number(q.get("limit"), "limit", 100) or 100)
+        f = queries.RequestFilter(
+            service=q.get("service") or None,
+            route=q.get("route") or None,
+            min_duration_ns=None if min_ms is None else int(min_ms * 1e6),
+            since_ns=_time_ns(q.get("since"), "since"),
+            until_ns=_time_ns(q.get("until"), "until"),
+            function=q.get("function") or None,
+            order=_choice(q.get("order"), "order", ("duration", "start")),
+            limit=max(1, min(limit, MAX_LIMIT)),
+        )
+        rows = queries.list_requests(engine, f)
+        return JSONResponse({"requests": [views.summary(r) for r in rows]})
+
+    def get_request(request: Request) -> JSONResponse:
+        found = queries.get_request(engine, request.path_params["request_id"])
+        if found is None:
+            raise HTTPException(404, "no such request")
+        row, tree = found
+        body = views.summary(row)
+        body["events"] = row["events"]
+        body["lanes"] = views.lanes(tree)
+        return JSONResponse(body)
+
+    def _range(request: Request) -> dict:
+        q = request.query_params
+        return {
+            "service": q.get("service") or None,
+            "route": q.get("route") or None,
+            "since_ns": _time_ns(q.get("since"), "since"),
+            "until_ns": _time_ns(q.get("until"), "until"),
+        }
+
+    def flamegraph(request: Request) -> Response:
+        fmt = _choice(request.query_params.get("format"), "format", ("folded", "json"))
+        stacks = queries.stack_totals(engine, **_range(request))
+        if fmt == "folded":
+            return PlainTextResponse(views.folded(stacks))
+        return JSONResponse(
+            {"stacks": [{"stack": s, "self_ns": n, "calls": c} for s, n, c in stacks]}
+        )
+
+    def functions(request: Request) -> JSONResponse:
+        rows = queries.function_totals(engine, **_range(request))
+        return JSONResponse({"functions": [{"function": r.pop("name"), **r} for r in rows]})
+
+    def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    def healthz(_: Request) -> PlainTextResponse:
+        if not ready():
+            return PlainTextResponse("starting\n", status_code=503)
+        return PlainTextResponse("ok\n")
+
+    async def http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+
+    return Starlette(
+        routes=[
+            Route("/api/requests", list_requests),
+            Route("/api/requests/{request_id}", get_request),
+            Route("/api/flamegraph", flamegraph),
+            Route("/api/functions", functions),
+            Route("/metrics", metrics),
+            Route("/healthz", healthz),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )

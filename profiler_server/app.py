@@ -1,0 +1,126 @@
+"""Wires the server together: storage, ingest worker, gRPC (ingest + health), HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from profiler_server.api.http import build_app
+from profiler_server.ingest.service import SERVICE, IngestService
+from profiler_server.metrics.health import ServerHealth
+from profiler_server.metrics.profiles import ProfileMetrics
+from profiler_server.pipeline import Pipeline
+from profiler_server.settings import Settings
+from profiler_server.storage import migrations
+from profiler_server.storage.engine import open_engine, redacted
+
+log = logging.getLogger("profiler_server")
+
+# Large enough for grpc to hand us oversized messages, so we can count and explain them.
+GRPC_RECEIVE_SLACK = 4
+
+
+class ProfilingServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = open_engine(settings.db)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.health = ServerHealth(self.registry)
+        self.profiles = ProfileMetrics(
+            self.registry, settings.top_k, settings.top_functions, settings.max_routes
+        )
+        self.pipeline = Pipeline(self.engine, settings, self.health, self.profiles)
+        self.grpc_port = 0
+        self.http_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._ingest: IngestService | None = None
+        self._health = health.aio.HealthServicer()
+        self._http: uvicorn.Server | None = None
+        self._http_task: asyncio.Task | None = None
+        self._ready = False
+
+    async def start(self) -> None:
+        found = await asyncio.to_thread(migrations.upgrade, self.engine)
+        log.info(
+            "database %s (schema %d -> %d)", redacted(self.settings.db), found, migrations.LATEST
+        )
+        self.pipeline.start()
+        limit = self.settings.max_message_bytes
+        self._grpc = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit * GRPC_RECEIVE_SLACK),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self._ingest = IngestService(self.pipeline, self.health, limit)
+        self._grpc.add_generic_rpc_handlers([self._ingest.handler()])
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        self.grpc_port = self._grpc.add_insecure_port(self.settings.listen)
+        if self.grpc_port == 0:
+            raise SystemExit(f"cannot listen for gRPC on {self.settings.listen}")
+        await self._grpc.start()
+        host, _, port = self.settings.http.rpartition(":")
+        config = uvicorn.Config(
+            build_app(self.engine, self.registry, lambda: self._ready),
+            host=host.strip("[]"),
+            port=int(port),
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
+        self._http = uvicorn.Server(config)
+        self._http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._http_task = asyncio.create_task(self._http.serve())
+        deadline = time.monotonic() + 10
+        while not self._http.started:
+            if self._http_task.done() or time.monotonic() > deadline:
+                raise SystemExit(f"cannot serve HTTP on {self.settings.http}")
+            await asyncio.sleep(0.01)
+        self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
+        for name in ("", SERVICE):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._ready = True
+        log.info(
+            "ingest on %s:%d (gRPC), HTTP on http://%s:%d/",
+            self.settings.listen.rpartition(":")[0],
+            self.grpc_port,
+            host,
+            self.http_port,
+        )
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Drains streams (their batches stored and acked), flushes storage, stops serving."""
+        self._ready = False
+        for name in ("", SERVICE):
+            await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._ingest is not None:
+            self._ingest.draining.set()
+            deadline = time.monotonic() + grace
+            while self.health.open_streams._value.get() > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        await asyncio.to_thread(self.pipeline.stop)
+        if self._grpc is not None:
+            await self._grpc.stop(1.0)
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            await self._http_task
+        self.engine.dispose()
+
+    async def run(self) -> None:
+        """Serves until SIGTERM/SIGINT, then drains and returns."""
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("stopping: draining streams and flushing storage")
+        await self.stop()
+        log.info("stopped")

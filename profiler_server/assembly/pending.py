@@ -1,0 +1,42 @@
+"""What the server holds for a request until it can be assembled: its records and raw runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from profiler_core.model import LaneKind
+from profiler_core.wire.columns import Run
+
+
+@dataclass(slots=True)
+class LaneInfo:
+    kind: LaneKind
+    name: str
+    parent_lane: int | None
+    parent_call: int | None
+    start_ns: int | None
+
+
+@dataclass
+class PendingRequest:
+    request_id: int
+    route: str = ""
+    method: str = ""
+    start_ns: int | None = None
+    end_ns: int | None = None
+    status: int | None = None
+    host_truncated: bool = False
+    end_seq: int = 0  # the batch that carried the end record
+    lanes: dict[int, LaneInfo] = field(default_factory=dict)
+    runs: list[tuple[int, Run]] = field(default_factory=list)  # (seq, run) in arrival order
+    events: int = 0
+    dropped_events: int = 0  # beyond the server's per-request cap
+    seqs: set[int] = field(default_factory=set)  # batches holding part of it
+    touched: float = 0.0  # server monotonic seconds of the last update
+
+    @property
+    def ended(self) -> bool:
+        return self.end_ns is not None
+
+    def last_event_ns(self) -> int | None:
+        return max((run.times[-1] for _, run in self.runs), default=None)

@@ -1,0 +1,189 @@
+"""One host session's state on the server: its functions, its open requests, its batches.
+
+Nothing here is needed by another server: everything can be rebuilt from the database
+(function table, spooled payloads of batches that hold unfinished requests).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+from profiler_core.model import LaneKind, function_name
+from profiler_core.wire import ingest_pb2
+from profiler_core.wire.columns import read_runs
+from profiler_server.assembly import problems as P
+from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.pending import LaneInfo, PendingRequest
+
+RECENTLY_FINISHED = 100_000  # request ids remembered to recognise late events
+
+
+class SeqTracker:
+    """Which batch seqs were seen: a contiguous watermark plus the seqs above it."""
+
+    def __init__(self, watermark: int = 0) -> None:
+        self.watermark = watermark
+        self.above: set[int] = set()
+        self.highest = watermark
+
+    def seen(self, seq: int) -> bool:
+        return seq <= self.watermark or seq in self.above
+
+    def add(self, seq: int) -> bool:
+        """Records seq; returns True if it came after a later one (out of order)."""
+        late = seq < self.highest
+        self.highest = max(self.highest, seq)
+        self.above.add(seq)
+        while self.watermark + 1 in self.above:
+            self.watermark += 1
+            self.above.discard(self.watermark)
+        return late
+
+    @property
+    def has_gap(self) -> bool:
+        return bool(self.above)
+
+    def skip_gap(self) -> None:
+        """Gives up on missing seqs below the lowest one received."""
+        self.watermark = min(self.above) - 1
+        self.add(self.watermark + 1)
+        self.above.discard(self.watermark)
+
+
+@dataclass
+class FunctionRow:
+    fid: int
+    function_id: int
+    name: str
+    file: str
+    line: int
+    kind: int
+
+
+@dataclass
+class Applied:
+    """What applying one batch changed, for the storage transaction."""
+
+    functions: list[FunctionRow] = field(default_factory=list)
+    drops_requests: dict[str, int] = field(default_factory=dict)
+    drops_events: dict[str, int] = field(default_factory=dict)
+    events: int = 0
+
+
+class Session:
+    def __init__(self, hello: ingest_pb2.Hello, max_request_events: int) -> None:
+        self.id = str(uuid.UUID(bytes=hello.session_id))
+        self.service = hello.service
+        self.hello = hello
+        self.max_request_events = max_request_events
+        self.functions: dict[int, tuple[int, str]] = {}
+        self.pending: dict[int, PendingRequest] = {}
+        self.finished: OrderedDict[int, None] = OrderedDict()
+        self.seqs = SeqTracker()
+        self.batch_refs: dict[int, set[int]] = {}  # seq -> open requests with data in it
+        self.spooled: set[int] = set()  # seqs whose payload is in the spool
+        self.connected = True
+        self.stream: object | None = None  # the stream currently feeding it
+        self.disconnected_at = 0.0
+        self.gap_since = 0.0
+
+    # --- batches -------------------------------------------------------------------------
+    def apply(self, batch: ingest_pb2.Batch, now: float, problems: Counter) -> Applied:
+        """Adds a batch's records and events to the open requests (columns already validated)."""
+        seq = batch.seq
+        runs = list(read_runs(batch.events))  # validates before anything changes
+        applied = Applied()
+        for f in batch.functions:
+            name = function_name(f.module, f.qualname)
+            gid = stable_id(name)
+            self.functions[f.id] = (gid, name)
+            applied.functions.append(FunctionRow(f.id, gid, name, f.file, f.line, f.kind))
+        for start in batch.request_starts:
+            pending = self._pending(start.request_id, seq, now, problems)
+            if pending is not None:
+                pending.route = start.route
+                pending.method = start.method
+                pending.start_ns = start.start_ns
+        for lane in batch.lanes:
+            pending = self._pending(lane.request_id, seq, now, problems)
+            if pending is not None:
+                pending.lanes[lane.lane_id] = LaneInfo(
+                    LaneKind(lane.kind)
+                    if lane.kind in LaneKind._value2member_map_
+                    else LaneKind.THREAD,
+                    lane.name or f"lane {lane.lane_id}",
+                    lane.parent_lane,
+                    lane.parent_call or None,
+                    lane.start_ns or None,
+                )
+        for run in runs:
+            count = len(run.kinds)
+            applied.events += count
+            pending = self._pending(run.request_id, seq, now, problems, count)
+            if pending is None:
+                continue
+            if pending.events + count > self.max_request_events:
+                pending.dropped_events += count
+                problems[P.EVENT_CAP] += count
+                continue
+            pending.events += count
+            pending.runs.append((seq, run))
+        for end in batch.request_ends:
+            pending = self._pending(end.request_id, seq, now, problems)
+            if pending is not None:
+                pending.end_ns = end.end_ns
+                pending.status = end.status or None
+                pending.host_truncated = pending.host_truncated or end.truncated
+                pending.end_seq = seq
+        applied.drops_requests = dict(batch.drops.requests)
+        applied.drops_events = dict(batch.drops.events)
+        return applied
+
+    def _pending(
+        self, request_id: int, seq: int, now: float, problems: Counter, events: int = 1
+    ) -> PendingRequest | None:
+        pending = self.pending.get(request_id)
+        if pending is None:
+            if request_id in self.finished:
+                problems[P.EVENTS_AFTER_END] += events
+                return None
+            pending = self.pending[request_id] = PendingRequest(request_id)
+        if seq not in pending.seqs:
+            pending.seqs.add(seq)
+            self.batch_refs.setdefault(seq, set()).add(request_id)
+        pending.touched = now
+        return pending
+
+    # --- finishing -------------------------------------------------------------------------
+    def complete(self) -> list[PendingRequest]:
+        """Ended requests whose every earlier batch has arrived."""
+        watermark = self.seqs.watermark
+        return [p for p in self.pending.values() if p.ended and p.end_seq <= watermark]
+
+    def stale(self, idle_before: float) -> list[PendingRequest]:
+        return [p for p in self.pending.values() if p.touched < idle_before]
+
+    def finish(self, pending: PendingRequest) -> list[int]:
+        """Forgets a stored request; returns spooled seqs that no longer hold open requests."""
+        rid = pending.request_id
+        self.pending.pop(rid, None)
+        self.finished[rid] = None
+        if len(self.finished) > RECENTLY_FINISHED:
+            self.finished.popitem(last=False)
+        released = []
+        for seq in pending.seqs:
+            refs = self.batch_refs.get(seq)
+            if refs is None:
+                continue
+            refs.discard(rid)
+            if not refs:
+                del self.batch_refs[seq]
+                if seq in self.spooled:
+                    self.spooled.discard(seq)
+                    released.append(seq)
+        return released
+
+    def holds_open(self, seq: int) -> bool:
+        return bool(self.batch_refs.get(seq))

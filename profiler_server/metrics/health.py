@@ -1,0 +1,80 @@
+"""The server's own health metrics (standard prometheus_client objects)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ServerHealth:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.events = Counter(
+            "profiler_ingest_events", "Events received from hosts.", registry=registry
+        )
+        self.batches = Counter(
+            "profiler_ingest_batches", "Batches received from hosts.", registry=registry
+        )
+        self.bytes = Counter(
+            "profiler_ingest_bytes", "Bytes of host messages received.", registry=registry
+        )
+        self.rejected = Counter(
+            "profiler_ingest_rejected",
+            "Input rejected or repaired, by reason (see README).",
+            ["reason"],
+            registry=registry,
+        )
+        self.requests_stored = Counter(
+            "profiler_requests_stored",
+            "Sampled requests stored, by service.",
+            ["service"],
+            registry=registry,
+        )
+        self.requests_truncated = Counter(
+            "profiler_requests_truncated",
+            "Stored requests marked truncated, by service.",
+            ["service"],
+            registry=registry,
+        )
+        self.host_dropped_requests = Counter(
+            "profiler_host_dropped_requests",
+            "Sampled requests the hosts dropped before sending (as reported by them).",
+            ["service", "reason"],
+            registry=registry,
+        )
+        self.host_dropped_events = Counter(
+            "profiler_host_dropped_events",
+            "Events the hosts dropped before sending (as reported by them).",
+            ["service", "reason"],
+            registry=registry,
+        )
+        self.open_streams = Gauge(
+            "profiler_ingest_open_streams", "Host streams connected now.", registry=registry
+        )
+        self.backlog = Gauge(
+            "profiler_ingest_backlog_messages",
+            "Host messages received but not yet assembled and stored.",
+            registry=registry,
+        )
+        self.open_requests = Gauge(
+            "profiler_ingest_open_requests",
+            "Requests held in memory until their end (or a timeout).",
+            registry=registry,
+        )
+        self.write_seconds = Histogram(
+            "profiler_storage_write_seconds",
+            "Duration of one storage transaction (a group of batches).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=registry,
+        )
+        self.ack_lag = Histogram(
+            "profiler_ingest_ack_lag_seconds",
+            "Time from receiving a batch to acking it (durably stored).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=registry,
+        )
+
+    def count_problems(self, problems: Mapping[str, int]) -> None:
+        for reason, count in problems.items():
+            if count:
+                self.rejected.labels(reason).inc(count)

@@ -1,0 +1,85 @@
+"""Server options: each flag has a PROFILER_* env var; flags win over env, env over defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from profiler_core.config import Option, duration, positive_int, size
+
+
+def _address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+OPTIONS = [
+    Option("listen", "127.0.0.1:50051", "gRPC ingest address (HOST:PORT)", _address),
+    Option("http", "127.0.0.1:9999", "HTTP address for /metrics, /api and the UI", _address),
+    Option(
+        "db",
+        "sqlite:///profiler.db",
+        "SQLAlchemy database URL (sqlite:///FILE, postgresql+psycopg://USER@HOST:PORT/DB)",
+    ),
+    Option("retention", "7d", "delete requests and aggregates older than this", duration),
+    Option(
+        "top-k",
+        "200",
+        'stack series exported per service (the rest: stack="(other)")',
+        positive_int,
+    ),
+    Option("top-functions", "1000", "function series exported per service", positive_int),
+    Option("max-routes", "500", "route label values per service", positive_int),
+    Option("max-message-bytes", "16MiB", "largest host message accepted", size),
+    Option(
+        "stream-timeout",
+        "60s",
+        "a session whose stream ended is finished (open requests "
+        "stored truncated) after this, unless the host reconnects",
+        duration,
+    ),
+    Option("gap-timeout", "10s", "wait this long for a missing batch before going on", duration),
+    Option(
+        "request-timeout",
+        "10m",
+        "store a request truncated if it gets no event for this long",
+        duration,
+    ),
+    Option(
+        "max-request-events",
+        "1000000",
+        "events kept per request (the rest are dropped and the request marked truncated)",
+        positive_int,
+    ),
+    Option(
+        "max-open-events",
+        "20000000",
+        "events held in memory for unfinished requests; over it the oldest are stored truncated",
+        positive_int,
+    ),
+    Option("log-level", "info", "debug, info, warning or error"),
+]
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen: str = "127.0.0.1:50051"
+    http: str = "127.0.0.1:9999"
+    db: str = "sqlite:///profiler.db"
+    retention: float = 7 * 86400.0
+    top_k: int = 200
+    top_functions: int = 1000
+    max_routes: int = 500
+    max_message_bytes: int = 16 * 1024 * 1024
+    stream_timeout: float = 60.0
+    gap_timeout: float = 10.0
+    request_timeout: float = 600.0
+    max_request_events: int = 1_000_000
+    max_open_events: int = 20_000_000
+    log_level: str = "info"
+
+    @classmethod
+    def from_values(cls, values: dict) -> Settings:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})

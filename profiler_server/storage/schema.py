@@ -1,0 +1,151 @@
+"""Tables (SQLAlchemy Core). Times are integer ns since the epoch; buckets are epoch minutes."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+schema_version = Table(
+    "profiler_schema_version",
+    metadata,
+    Column("version", Integer, nullable=False),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("service", String(200), nullable=False),
+    Column("hostname", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("python_version", String(64), nullable=False),
+    Column("profiler_version", String(64), nullable=False),
+    Column("wall_ns", BigInteger, nullable=False),
+    Column("monotonic_ns", BigInteger, nullable=False),
+    Column("owner", String(36), nullable=False),  # the server instance handling its stream
+    Column("heartbeat", Float, nullable=False),  # epoch seconds, refreshed by the owner
+    Column("first_seen", Float, nullable=False),
+    Index("ix_sessions_heartbeat", "heartbeat"),
+)
+
+functions = Table(
+    "functions",
+    metadata,
+    Column("id", BigInteger, primary_key=True),  # stable_id(name): equal on every server
+    Column("name", Text, nullable=False),
+    Column("file", Text, nullable=False),
+    Column("line", Integer, nullable=False),
+    Column("kind", Integer, nullable=False),
+)
+
+session_functions = Table(
+    "session_functions",
+    metadata,
+    Column("session_id", String(36), primary_key=True),
+    Column("fid", BigInteger, primary_key=True),
+    Column("function_id", BigInteger, nullable=False),
+)
+
+stacks = Table(
+    "stacks",
+    metadata,
+    Column("id", BigInteger, primary_key=True),  # stable_id(signature)
+    Column("signature", Text, nullable=False),
+)
+
+# Every batch ever stored (dedup), with its payload kept while it holds a request that
+# is not stored yet, so any server can rebuild that request after a reconnect or crash.
+spool = Table(
+    "spool",
+    metadata,
+    Column("session_id", String(36), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("received_at", Float, nullable=False),
+    Column("payload", LargeBinary, nullable=True),
+    Index("ix_spool_received", "received_at"),
+)
+
+requests = Table(
+    "requests",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("session_id", String(36), nullable=False),
+    Column("service", String(200), nullable=False),
+    Column("route", String(500), nullable=False),
+    Column("method", String(16), nullable=False),
+    Column("status", Integer, nullable=True),
+    Column("start_ns", BigInteger, nullable=False),
+    Column("duration_ns", BigInteger, nullable=False),
+    Column("truncated", Boolean, nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("events", Integer, nullable=False),
+    Index("ix_requests_start", "start_ns"),
+    Index("ix_requests_route", "service", "route", "start_ns"),
+    Index("ix_requests_duration", "duration_ns"),
+)
+
+request_trees = Table(
+    "request_trees",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("tree", LargeBinary, nullable=False),  # zlib(StoredTree)
+)
+
+request_functions = Table(
+    "request_functions",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("function_id", BigInteger, primary_key=True),
+    Column("start_ns", BigInteger, nullable=False),
+    Column("duration_ns", BigInteger, nullable=False),
+    Column("calls", Integer, nullable=False),
+    Column("total_ns", BigInteger, nullable=False),
+    Column("self_ns", BigInteger, nullable=False),
+    Column("active_ns", BigInteger, nullable=False),
+    Column("max_ns", BigInteger, nullable=False),
+    Index("ix_request_functions_slowest", "function_id", "duration_ns"),
+    Index("ix_request_functions_start", "start_ns"),
+)
+
+_BUCKET_KEY = ("minute", "service", "route")
+
+stack_buckets = Table(
+    "stack_buckets",
+    metadata,
+    Column("minute", BigInteger, primary_key=True),
+    Column("service", String(200), primary_key=True),
+    Column("route", String(500), primary_key=True),
+    Column("stack_id", BigInteger, primary_key=True),
+    Column("self_ns", BigInteger, nullable=False),
+    Column("calls", BigInteger, nullable=False),
+)
+
+function_buckets = Table(
+    "function_buckets",
+    metadata,
+    Column("minute", BigInteger, primary_key=True),
+    Column("service", String(200), primary_key=True),
+    Column("route", String(500), primary_key=True),
+    Column("function_id", BigInteger, primary_key=True),
+    Column("calls", BigInteger, nullable=False),
+    Column("total_ns", BigInteger, nullable=False),
+    Column("self_ns", BigInteger, nullable=False),
+    Column("active_ns", BigInteger, nullable=False),
+    Column("await_ns", BigInteger, nullable=False),
+    Column("ready_ns", BigInteger, nullable=False),
+    Column("max_ns", BigInteger, nullable=False),
+    Column("max_slice_ns", BigInteger, nullable=False),
+)

@@ -1,0 +1,1 @@
+"""Real sample apps to profile (Flask under gunicorn, Starlette under uvicorn)."""

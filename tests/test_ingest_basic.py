@@ -1,0 +1,30 @@
+"""The story: a host streams requests, the server acks them once stored, a user reads them."""
+
+from __future__ import annotations
+
+from profiler_core.wire.builder import BatchBuilder
+from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
+
+
+def test_streamed_requests_are_stored_and_readable(server) -> None:  # type: ignore[no-untyped-def]
+    shape = CallShape(calls=50, depth=5, functions=10)
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    builder = BatchBuilder()
+    synthetic_batch(builder, shape, range(1, 4))
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1})
+    assert stream.stored == {1}
+
+    listed = server.get("/api/requests", service="shop").json()["requests"]
+    assert len(listed) == 3
+    assert all(r["calls"] == 50 and r["route"] == "/items/{id}" for r in listed)
+    one = server.get(f"/api/requests/{listed[0]['id']}").json()
+    root = one["lanes"][0]["root"]
+    assert one["lanes"][0]["kind"] == "main"
+
+    def count(node: dict) -> int:
+        return 1 + sum(count(c) for c in node["children"])
+
+    assert count(root) == 51
+    stream.close()
