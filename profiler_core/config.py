@@ -15,7 +15,7 @@ ENV_PREFIX = "PROFILER_"
 @dataclass(frozen=True)
 class Option:
     name: str  # flag without dashes, e.g. "top-k"
-    default: Any
+    default: str  # as a user would write it; parsed like a given value
     help: str
     parse: Callable[[str], Any] = str
 
@@ -90,8 +90,7 @@ def resolve(
         if raw is None and option.env in environ:
             raw, source = environ[option.env], option.env
         if raw is None:
-            values[option.dest] = option.default
-            continue
+            raw, source = option.default, f"the default of {option.flag}"
         try:
             values[option.dest] = option.parse(raw)
         except ValueError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import random
 import socket
 import sys
 import threading
@@ -38,7 +39,12 @@ class CallShape:
 def synthetic_run(
     shape: CallShape, first_fid: int, start_ns: int, variant: int = 0
 ) -> tuple[bytearray, list[int], list[int], list[int], int]:
-    """Events (kinds, functions, calls, times) and the end time of one synthetic request."""
+    """Events (kinds, functions, calls, times) and the end time of one synthetic request.
+
+    Time steps vary (deterministically per variant) between half and three times step_ns.
+    """
+    jitter = random.Random(variant)
+    steps = [shape.step_ns * jitter.randint(1, 6) // 2 for _ in range(64)]
     kinds = bytearray()
     functions: list[int] = []
     calls: list[int] = []
@@ -49,13 +55,13 @@ def synthetic_run(
         target = 1 + (call * 7 + variant) % shape.depth
         while len(stack) >= target:
             fid, cid = stack.pop()
-            t += shape.step_ns
+            t += steps[call % 64]
             kinds.append(EXIT)
             functions.append(fid)
             calls.append(cid)
             times.append(t)
         fid = first_fid + (len(stack) * 3 + call % 3) % shape.functions
-        t += shape.step_ns
+        t += steps[(call * 5) % 64]
         kinds.append(ENTER)
         functions.append(fid)
         calls.append(call)

@@ -98,6 +98,12 @@ class Pipeline:
         self.names: dict[int, str] = {}
         self._thread: threading.Thread | None = None
         self._next = {"heartbeat": 0.0, "reap": 0.0, "retention": 0.0}
+        # Short timeouts (tests, small deployments) shorten the periodic work with them.
+        self._every = {
+            "heartbeat": min(HEARTBEAT_EVERY, settings.stream_timeout / 3),
+            "reap": min(REAP_EVERY, settings.stream_timeout),
+            "retention": min(RETENTION_EVERY, settings.retention / 10),
+        }
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -412,13 +418,13 @@ class Pipeline:
                 self._finish_all(session, group, problems, P.REQUEST_TIMEOUT, stale)
         self._limit_memory(group, problems)
         if now >= self._next["heartbeat"]:
-            self._next["heartbeat"] = now + HEARTBEAT_EVERY
+            self._next["heartbeat"] = now + self._every["heartbeat"]
             group.ws.heartbeats.extend(sid for sid, x in self.sessions.items() if x.connected)
         if now >= self._next["reap"]:
-            self._next["reap"] = now + REAP_EVERY
+            self._next["reap"] = now + self._every["reap"]
             self._reap(group, now, problems)
         if now >= self._next["retention"]:
-            self._next["retention"] = now + RETENTION_EVERY
+            self._next["retention"] = now + self._every["retention"]
             self.expire()
 
     def _limit_memory(self, group: _Group, problems: Counter) -> None:
@@ -437,7 +443,7 @@ class Pipeline:
 
     def _reap(self, group: _Group, now: float, problems: Counter) -> None:
         """Finishes sessions whose server died (their requests are only in the spool)."""
-        stale_before = time.time() - self.settings.stream_timeout - 2 * HEARTBEAT_EVERY
+        stale_before = time.time() - self.settings.stream_timeout - 2 * self._every["heartbeat"]
         try:
             orphans = recovery.orphaned_sessions(self.engine, stale_before)
             for sid in orphans:

@@ -38,19 +38,23 @@ def pg_admin():  # type: ignore[no-untyped-def]
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    """A fresh, empty database on each backend."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'profiler.db'}"
-        return
-    admin = request.getfixturevalue("pg_admin")
+@pytest.fixture
+def pg_url(pg_admin) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """A fresh, empty PostgreSQL database."""
     name = f"profiler_test_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
+    with pg_admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with admin.connect() as conn:
+    with pg_admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:  # type: ignore[no-untyped-def]
+    """A fresh, empty database on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'profiler.db'}"
+    return request.getfixturevalue("pg_url")
 
 
 @dataclass

@@ -90,6 +90,7 @@ def assemble(
     """Builds the lanes' call trees; repairs and counts whatever does not fit."""
     kinds, functions, calls, times, lane_ids = _flatten_runs(pending)
     n = len(kinds)
+    missing_before = problems[P.MISSING_EXIT]  # any call closed without its exit truncates
     truncated = pending.host_truncated or pending.dropped_events > 0
     start = pending.start_ns
     if start is None:
@@ -173,7 +174,6 @@ def assemble(
 
     if dropped_after_end:
         problems[P.EVENTS_AFTER_END] += dropped_after_end
-    missing_before = problems[P.MISSING_EXIT]
     _close_open(lanes, nodes, end, problems)
     truncated = truncated or problems[P.MISSING_EXIT] > missing_before
     for lid, state in lanes.items():
@@ -226,10 +226,11 @@ def _close_open(
     lanes: dict[int, _Lane], nodes: dict[int, Node], end: int, problems: Counter
 ) -> None:
     """Closes what is still open at the request's end, marked truncated."""
-    for state in lanes.values():
+    for lane_id, state in lanes.items():
         stack = state.stack
-        if stack and end > state.last:
-            stack[-1].self_ns += end - state.last
+        # the main lane's root lasts until the request's end: the tail is its self time
+        if end > state.last and (stack or lane_id == MAIN_LANE):
+            (stack[-1] if stack else state.root).self_ns += end - state.last
             state.last = end
         while stack:
             _close(stack.pop(), end, Outcome.TRUNCATED)

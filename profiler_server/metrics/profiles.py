@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from profiler_core.stacks import label_value
+from profiler_core.stacks import ELISION, MAX_LABEL_CHARS, label_value
 from profiler_server.assembly.flatten import (
     ACTIVE,
     AWAIT,
@@ -29,35 +29,61 @@ from profiler_server.storage.writer import StoredRequest
 
 OTHER = "(other)"
 NS = 1e-9
+FUNCTION_MAXIMA = (MAX, MAX_SLICE)  # per-function values that are maxima, not sums
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 class TopK:
-    """Sticky membership: a key admitted stays; admission ranks candidates by weight."""
+    """Sticky membership per service. While there is room, a new key is a candidate: its
+    values are held back (not exported) until the next `promote()` (at each scrape), which
+    admits the heaviest candidates; the others' values then go to `(other)`. A member stays
+    a member; once all k places are taken, every other key goes to `(other)` directly.
+    Nothing exported ever moves, so counters never decrease and sums are true totals."""
 
     def __init__(self, k: int) -> None:
         self.k = k
         self.members: set[str] = set()
-        self.candidates: dict[str, int] = {}
+        self.candidates: dict[str, int] = {}  # key -> weight since the last promote()
 
-    def admit(self, key: str, weight: int) -> bool:
-        """True if `key` is a member; otherwise its weight counts toward admission."""
+    def admit(self, key: str, weight: int) -> bool | None:
+        """True: a member; None: a candidate (hold its values); False: goes to `(other)`."""
         if key in self.members:
             return True
-        if len(self.members) < self.k:
-            self.candidates[key] = self.candidates.get(key, 0) + weight
-            if len(self.candidates) > 10 * self.k:
-                keep = sorted(self.candidates.items(), key=lambda kv: kv[1], reverse=True)
-                self.candidates = dict(keep[: 5 * self.k])
-        return False
+        if len(self.members) >= self.k:
+            return False
+        self.candidates[key] = self.candidates.get(key, 0) + weight
+        return None
+
+    def prune(self) -> set[str]:
+        """Bounds the candidates: drops the lightest when too many wait; returns them."""
+        if len(self.candidates) <= 10 * self.k:
+            return set()
+        keep = sorted(self.candidates.items(), key=lambda kv: kv[1], reverse=True)
+        self.candidates = dict(keep[: 5 * self.k])
+        return {key for key, _ in keep[5 * self.k :]}
 
     def promote(self) -> None:
         room = self.k - len(self.members)
         if room > 0 and self.candidates:
             ranked = sorted(self.candidates.items(), key=lambda kv: kv[1], reverse=True)
             self.members.update(key for key, _ in ranked[:room])
-        if len(self.members) >= self.k:
-            self.candidates.clear()
+        # Every candidate is now settled (a member or `(other)`); stale ones must not take
+        # the remaining places later (they used to, which kept membership below k forever).
+        self.candidates.clear()
+
+
+def _cap(text: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """Label values longer than the limit fail the whole scrape in Mimir/Grafana Cloud."""
+    return text if len(text) <= limit else text[: limit - len(ELISION)] + ELISION
+
+
+def _merge(series: dict, key: tuple, values: list[int], maxima: tuple[int, ...] = ()) -> None:
+    agg = series.get(key)
+    if agg is None:
+        series[key] = list(values)
+        return
+    for i, v in enumerate(values):
+        agg[i] = max(agg[i], v) if i in maxima else agg[i] + v
 
 
 class ProfileMetrics(Collector):
@@ -72,6 +98,9 @@ class ProfileMetrics(Collector):
         self._stacks: dict[tuple[str, str, str], list[int]] = {}  # service, route, stack
         self._function_members: dict[str, TopK] = {}
         self._functions: dict[tuple[str, str], list[int]] = {}  # service, function
+        # Values of candidates (see TopK), held back until the next promote()
+        self._pending_stacks: dict[tuple[str, str, str], list[int]] = {}
+        self._pending_functions: dict[tuple[str, str], list[int]] = {}
         self._routes: dict[str, set[str]] = {}
         self._labels: dict[str, str] = {}
         self.durations = Histogram(
@@ -87,11 +116,12 @@ class ProfileMetrics(Collector):
         """Adds stored requests; `names` maps function ids to `module:qualname`."""
         with self._lock:
             for item in stored:
-                service = item.row["service"]
-                route = self._route(service, item.row["route"])
+                service = _cap(item.row["service"])
+                route = self._route(service, _cap(item.row["route"]))
                 self.durations.labels(service, route).observe(item.row["duration_ns"] * NS)
                 self._add_stacks(service, route, item.stacks)
                 self._add_functions(service, item.functions, names)
+            self._prune()
 
     def _route(self, service: str, route: str) -> str:
         routes = self._routes.setdefault(service, set())
@@ -116,16 +146,14 @@ class ProfileMetrics(Collector):
         members = self._stack_members.get(service)
         if members is None:
             members = self._stack_members[service] = TopK(self.top_k)
-        series = self._stacks
         for _, signature, self_ns, calls in stacks:
             label = self._label(signature)
-            key = (service, route, label if members.admit(label, self_ns) else OTHER)
-            agg = series.get(key)
-            if agg is None:
-                series[key] = [self_ns, calls]
+            admitted = members.admit(label, self_ns)
+            if admitted is None:
+                _merge(self._pending_stacks, (service, route, label), [self_ns, calls])
             else:
-                agg[0] += self_ns
-                agg[1] += calls
+                key = (service, route, label if admitted else OTHER)
+                _merge(self._stacks, key, [self_ns, calls])
 
     def _add_functions(
         self, service: str, totals: dict[int, list[int]], names: dict[int, str]
@@ -134,27 +162,48 @@ class ProfileMetrics(Collector):
         if members is None:
             members = self._function_members[service] = TopK(self.max_functions)
         for fid, t in totals.items():
-            name = names.get(fid, f"(function {fid})")
-            key = (service, name if members.admit(name, t[SELF]) else OTHER)
-            agg = self._functions.get(key)
-            if agg is None:
-                agg = self._functions[key] = [0] * 8
-            for i in (CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY):
-                agg[i] += t[i]
-            agg[MAX] = max(agg[MAX], t[MAX])
-            agg[MAX_SLICE] = max(agg[MAX_SLICE], t[MAX_SLICE])
+            name = _cap(names.get(fid, f"(function {fid})"))
+            admitted = members.admit(name, t[SELF])
+            if admitted is None:
+                _merge(self._pending_functions, (service, name), t, FUNCTION_MAXIMA)
+            else:
+                key = (service, name if admitted else OTHER)
+                _merge(self._functions, key, t, FUNCTION_MAXIMA)
+
+    def _tables(self) -> tuple:
+        return (
+            (self._stack_members, self._pending_stacks, self._stacks, ()),
+            (self._function_members, self._pending_functions, self._functions, FUNCTION_MAXIMA),
+        )
+
+    def _prune(self) -> None:
+        """Candidates dropped to bound memory: their held-back values go to `(other)`."""
+        for tops, pending, series, maxima in self._tables():
+            dropped = {service: top.prune() for service, top in tops.items()}
+            if any(dropped.values()):
+                for key in [k for k in pending if k[-1] in dropped[k[0]]]:
+                    _merge(series, (*key[:-1], OTHER), pending.pop(key), maxima)
+
+    def _settle(self) -> None:
+        for tops, pending, series, maxima in self._tables():
+            for top in tops.values():
+                top.promote()
+            for key, values in pending.items():
+                member = key[-1] in tops[key[0]].members
+                _merge(series, key if member else (*key[:-1], OTHER), values, maxima)
+            pending.clear()
 
     def promote(self) -> None:
+        """Settles the candidates: the heaviest become members, the rest go to `(other)`."""
         with self._lock:
-            for members in (*self._stack_members.values(), *self._function_members.values()):
-                members.promote()
+            self._settle()
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families({}, {}))
 
     def collect(self) -> Iterator[Metric]:
-        self.promote()
         with self._lock:
+            self._settle()
             stacks = {k: list(v) for k, v in self._stacks.items()}
             functions = {k: list(v) for k, v in self._functions.items()}
         return iter(self._families(stacks, functions))

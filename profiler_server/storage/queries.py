@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, and_, func, select
+from sqlalchemy import Engine, func, select
 
 from profiler_core.wire import tree_pb2
 from profiler_server.assembly.flatten import stable_id
@@ -45,7 +45,7 @@ def list_requests(engine: Engine, f: RequestFilter) -> list[dict]:
     if f.until_ns is not None:
         conditions.append(r.c.start_ns < f.until_ns)
     order = r.c.duration_ns.desc() if f.order == "duration" else r.c.start_ns.desc()
-    query = query.where(and_(*conditions)).order_by(order).limit(f.limit)
+    query = query.where(*conditions).order_by(order).limit(f.limit)
     with engine.connect() as conn:
         return [dict(row) for row in conn.execute(query).mappings()]
 
@@ -89,7 +89,7 @@ def stack_totals(
             func.sum(b.c.self_ns).label("self_ns"),
             func.sum(b.c.calls).label("calls"),
         )
-        .where(and_(*_bucket_conditions(b, service, route, since_ns, until_ns)))
+        .where(*_bucket_conditions(b, service, route, since_ns, until_ns))
         .group_by(b.c.stack_id)
         .subquery()
     )
@@ -122,7 +122,7 @@ def function_totals(
             func.max(b.c.max_ns).label("max_ns"),
             func.max(b.c.max_slice_ns).label("max_slice_ns"),
         )
-        .where(and_(*_bucket_conditions(b, service, route, since_ns, until_ns)))
+        .where(*_bucket_conditions(b, service, route, since_ns, until_ns))
         .group_by(b.c.function_id)
         .subquery()
     )

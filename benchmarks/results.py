@@ -1,0 +1,46 @@
+"""Where results go: one JSON file per run in benchmarks/results/ and a plain table on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def path_for(name: str, suffix: str) -> Path:
+    """A fresh file name in the results directory, e.g. ingest-sqlite-20261122-101500.json."""
+    RESULTS.mkdir(exist_ok=True)
+    return RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+
+
+def save(name: str, data: dict) -> Path:
+    """Writes the figures with enough context (machine, Python, command) to compare runs."""
+    path = path_for(name, ".json")
+    payload = {
+        "benchmark": name,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": sys.argv,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        **data,
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned text columns; numbers are formatted by the caller."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)

@@ -1,0 +1,172 @@
+"""Acks mean stored: resends are stored once, unfinished requests survive restarts, crashes
+and moves to another server, and SIGTERM drains before exiting."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+
+from profiler_core.wire.builder import BatchBuilder
+from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch, synthetic_run
+from tests.helpers import count_nodes, eventually, metric_value, stored_requests
+from tests.processes import ServerProcess
+
+SHAPE = CallShape(calls=100, depth=6, functions=12)
+
+
+def split_request(request_id: int) -> tuple[BatchBuilder, BatchBuilder]:
+    """One request whose events and end arrive in a second batch."""
+    t0 = time.monotonic_ns()
+    kinds, functions, calls, times, end = synthetic_run(SHAPE, 1, t0, request_id)
+    half = len(kinds) // 2
+    first, second = BatchBuilder(), BatchBuilder()
+    for fid in range(1, SHAPE.functions + 1):
+        first.function(fid, "app.split", f"f{fid}", "split.py", fid)
+    first.start(request_id, "/split", "GET", t0)
+    first.run(request_id, 0, kinds[:half], functions[:half], calls[:half], times[:half])
+    second.run(request_id, 0, kinds[half:], functions[half:], calls[half:], times[half:])
+    second.end(request_id, end, 200)
+    return first, second
+
+
+def open_session(target: str, session: uuid.UUID) -> HostStream:
+    stream = HostStream(target)
+    stream.send_hello(hello("shop", session))
+    return stream
+
+
+def assert_whole(http: str) -> None:
+    [request] = stored_requests(http, route="/split")
+    assert not request["truncated"]
+    assert request["calls"] == SHAPE.calls
+    tree = httpx.get(f"{http}/api/requests/{request['id']}").json()
+    assert count_nodes(tree["lanes"][0]["root"]) == SHAPE.calls + 1
+
+
+def test_resent_batch_is_stored_once(server) -> None:  # type: ignore[no-untyped-def]
+    session = uuid.uuid4()
+    builder = BatchBuilder()
+    synthetic_batch(builder, SHAPE, range(1, 6))
+    batch = builder.build(1)
+    first = open_session(server.target, session)
+    first.send_batch(batch)
+    assert first.wait_acked({1})
+    first.kill()  # the ack may be lost with the connection: the host resends
+    again = open_session(server.target, session)
+    again.send_batch(batch)
+    assert again.wait_acked({1}) and 1 in again.stored
+    again.close()
+    assert len(stored_requests(server.http)) == 5
+    assert (
+        metric_value(server.http, "profiler_ingest_rejected_total", reason="duplicate_batch") == 1
+    )
+    assert metric_value(server.http, "profiler_requests_stored_total") == 5
+
+
+def test_unfinished_request_survives_a_server_restart(start_server, db_url) -> None:  # type: ignore[no-untyped-def]
+    session = uuid.uuid4()
+    first, second = split_request(1)
+    server = start_server(db_url)
+    stream = open_session(server.target, session)
+    stream.send_batch(first.build(1))
+    assert stream.wait_acked({1})
+    server.stop()  # drains; the half request is only in the database now
+    assert stream.done.wait(10)
+
+    restarted = start_server(db_url)
+    stream = open_session(restarted.target, session)
+    stream.send_batch(second.build(2))
+    assert stream.wait_acked({2})
+    stream.close()
+    assert_whole(restarted.http)
+
+
+def test_host_moves_to_another_server_mid_request(start_server, pg_url) -> None:  # type: ignore[no-untyped-def]
+    """Several servers share one PostgreSQL; a host may reconnect to any of them."""
+    session = uuid.uuid4()
+    first, second = split_request(7)
+    one, two = start_server(pg_url), start_server(pg_url)
+    stream = open_session(one.target, session)
+    stream.send_batch(first.build(1))
+    assert stream.wait_acked({1})
+    stream.kill()
+    stream = open_session(two.target, session)
+    stream.send_batch(second.build(2))
+    assert stream.wait_acked({2})
+    stream.close()
+    assert_whole(two.http)
+    # Server one saw the stream die; after its timeout it must not store the request again.
+    time.sleep(2.5)
+    assert len(stored_requests(one.http, route="/split")) == 1
+
+
+def test_crashed_server_is_recovered_from_the_database(tmp_path, db_url) -> None:  # type: ignore[no-untyped-def]
+    session = uuid.uuid4()
+    first, second = split_request(3)
+    log = tmp_path / "server.log"
+    crashed = ServerProcess(db_url, log)
+    try:
+        stream = open_session(crashed.target, session)
+        stream.send_batch(first.build(1))
+        assert stream.wait_acked({1})
+        crashed.kill()  # kill -9: nothing drained, nothing flushed
+        assert stream.done.wait(10)
+    finally:
+        crashed.stop()
+    server = ServerProcess(db_url, log)
+    try:
+        stream = open_session(server.target, session)
+        stream.send_batch(second.build(2))
+        assert stream.wait_acked({2})
+        stream.close()
+        assert_whole(server.http)
+    finally:
+        server.stop()
+
+
+def test_orphaned_session_is_stored_truncated_by_the_next_server(tmp_path, db_url) -> None:  # type: ignore[no-untyped-def]
+    first, _ = split_request(5)
+    log = tmp_path / "server.log"
+    crashed = ServerProcess(db_url, log, "--stream-timeout", "1s")
+    try:
+        stream = open_session(crashed.target, uuid.uuid4())
+        stream.send_batch(first.build(1))
+        assert stream.wait_acked({1})
+        crashed.kill()
+    finally:
+        crashed.stop()
+    server = ServerProcess(db_url, log, "--stream-timeout", "1s")
+    try:
+        found = eventually(lambda: stored_requests(server.http, route="/split"), timeout=20)
+        assert len(found) == 1 and found[0]["truncated"]
+        assert found[0]["calls"] > 0
+        reason = "stream_died"
+        assert metric_value(server.http, "profiler_ingest_rejected_total", reason=reason) == 1
+    finally:
+        server.stop()
+
+
+def test_sigterm_drains_acks_and_exits_zero(tmp_path, db_url) -> None:  # type: ignore[no-untyped-def]
+    server = ServerProcess(db_url, tmp_path / "server.log")
+    try:
+        stream = open_session(server.target, uuid.uuid4())
+        for seq in range(1, 41):
+            builder = BatchBuilder()
+            synthetic_batch(
+                builder, SHAPE, range(seq * 10, seq * 10 + 10), define_functions=seq == 1
+            )
+            stream.send_batch(builder.build(seq))
+        assert server.terminate() == 0
+        assert stream.done.wait(10)
+        acked = stream.stored
+        assert acked, "nothing was acked before the drain"
+    finally:
+        server.stop()
+    # Whatever was acked is stored; a new server shows exactly those requests.
+    again = ServerProcess(db_url, tmp_path / "server.log")
+    try:
+        assert len(stored_requests(again.http, limit="1000")) == 10 * len(acked)
+    finally:
+        again.stop()
