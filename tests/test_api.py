@@ -1,0 +1,135 @@
+"""What a user reads back: request lists with filters, one request's tree, flame graphs,
+function tables, and clear errors for bad parameters."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+
+from profiler_core.model import EventKind
+from profiler_core.wire.builder import BatchBuilder
+from profiler_server.loadgen import HostStream, hello
+from tests.helpers import stored_requests
+
+ENTER, EXIT = EventKind.ENTER, EventKind.EXIT
+MS = 1_000_000
+
+
+def handler_request(builder: BatchBuilder, rid: int, route: str, t0: int, slow_ms: int) -> None:
+    """handler -> (load x2 -> query), render; load's query takes `slow_ms` ms each."""
+    events = [
+        (ENTER, 1, 1, 0),
+        (ENTER, 2, 2, 1 * MS),
+        (ENTER, 3, 3, 2 * MS),
+        (EXIT, 3, 3, (2 + slow_ms) * MS),
+        (EXIT, 2, 2, (3 + slow_ms) * MS),
+        (ENTER, 2, 4, (4 + slow_ms) * MS),
+        (ENTER, 3, 5, (5 + slow_ms) * MS),
+        (EXIT, 3, 5, (5 + 2 * slow_ms) * MS),
+        (EXIT, 2, 4, (6 + 2 * slow_ms) * MS),
+        (ENTER, 4, 6, (7 + 2 * slow_ms) * MS),
+        (EXIT, 4, 6, (9 + 2 * slow_ms) * MS),
+        (EXIT, 1, 1, (10 + 2 * slow_ms) * MS),
+    ]
+    builder.start(rid, route, "GET", t0)
+    builder.run(
+        rid,
+        0,
+        bytes(e[0] for e in events),
+        [e[1] for e in events],
+        [e[2] for e in events],
+        [t0 + e[3] for e in events],
+    )
+    builder.end(rid, t0 + (11 + 2 * slow_ms) * MS, 200)
+
+
+def load(server, service: str = "shop") -> None:  # type: ignore[no-untyped-def]
+    builder = BatchBuilder()
+    for fid, name in enumerate(["handler", "load", "query", "render"], start=1):
+        builder.function(fid, "shop.views", name, "views.py", fid * 10)
+    t0 = time.monotonic_ns()
+    for rid, (route, slow) in enumerate([("/a", 1), ("/a", 5), ("/b", 20)], start=1):
+        handler_request(builder, rid, route, t0 + rid * 100 * MS, slow)
+    stream = HostStream(server.target)
+    stream.send_hello(hello(service, uuid.uuid4()))
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1})
+    stream.close()
+
+
+def test_request_list_filters_and_orders(server) -> None:  # type: ignore[no-untyped-def]
+    load(server)
+    listed = stored_requests(server.http)
+    assert [r["duration_ms"] for r in listed] == [51.0, 21.0, 13.0]  # slowest first
+    assert {r["route"] for r in stored_requests(server.http, route="/a")} == {"/a"}
+    assert len(stored_requests(server.http, min_duration_ms="20")) == 2
+    assert stored_requests(server.http, service="nope") == []
+    by_start = stored_requests(server.http, order="start")
+    assert [r["duration_ms"] for r in by_start] == [51.0, 21.0, 13.0]  # newest first
+    assert len(stored_requests(server.http, limit="1")) == 1
+    first = listed[-1]
+    assert first["status"] == 200 and first["method"] == "GET" and first["calls"] == 6
+    assert first["start"].endswith("Z")
+    assert stored_requests(server.http, since=first["start"]) != []
+    assert stored_requests(server.http, until="1970-01-02T00:00:00Z") == []
+
+
+def test_slowest_requests_that_called_a_function(server) -> None:  # type: ignore[no-untyped-def]
+    load(server)
+    found = stored_requests(server.http, function="shop.views:query", limit="2")
+    assert [r["duration_ms"] for r in found] == [51.0, 21.0]
+    assert stored_requests(server.http, function="shop.views:missing") == []
+
+
+def test_one_request_has_its_whole_tree(server) -> None:  # type: ignore[no-untyped-def]
+    load(server)
+    slowest = stored_requests(server.http)[0]
+    body = httpx.get(f"{server.http}/api/requests/{slowest['id']}").json()
+    [lane] = body["lanes"]
+    assert lane["kind"] == "main" and lane["parent_lane"] is None
+    root = lane["root"]
+    assert root["function"] == "GET /b" and root["start_ns"] == 0 and root["end_ns"] == 51 * MS
+    [handler] = root["children"]
+    assert handler["function"] == "shop.views:handler"
+    assert [c["function"] for c in handler["children"]] == [
+        "shop.views:load",
+        "shop.views:load",
+        "shop.views:render",
+    ]
+    query = handler["children"][0]["children"][0]
+    assert query["function"] == "shop.views:query"
+    assert (query["start_ns"], query["end_ns"], query["self_ns"]) == (2 * MS, 22 * MS, 20 * MS)
+    assert handler["self_ns"] == 50 * MS - (22 + 22 + 2) * MS
+    assert query["outcome"] == "return"
+
+
+def test_flamegraph_and_functions_aggregate_the_range(server) -> None:  # type: ignore[no-untyped-def]
+    load(server)
+    folded = httpx.get(f"{server.http}/api/flamegraph", params={"format": "folded"}).text
+    lines = dict(line.rsplit(" ", 1) for line in folded.splitlines())
+    query_stack = "shop.views:handler;shop.views:load;shop.views:query"
+    assert int(lines[query_stack]) == 2 * (1 + 5 + 20) * MS
+    only_a = httpx.get(f"{server.http}/api/flamegraph", params={"route": "/a"}).text
+    assert int(dict(x.rsplit(" ", 1) for x in only_a.splitlines())[query_stack]) == 12 * MS
+    as_json = httpx.get(f"{server.http}/api/flamegraph", params={"format": "json"}).json()
+    assert {s["stack"]: s["calls"] for s in as_json["stacks"]}[query_stack] == 6
+
+    functions = httpx.get(f"{server.http}/api/functions").json()["functions"]
+    query = next(f for f in functions if f["function"] == "shop.views:query")
+    assert query["calls"] == 6 and query["self_ns"] == 52 * MS and query["max_ns"] == 20 * MS
+    assert query["file"] == "views.py" and query["line"] == 30
+    handler = next(f for f in functions if f["function"] == "shop.views:handler")
+    assert handler["total_ns"] == (12 + 20 + 50) * MS
+
+
+def test_bad_parameters_get_clear_errors(server) -> None:  # type: ignore[no-untyped-def]
+    for params in ({"since": "yesterday"}, {"min_duration_ms": "x"}, {"order": "size"}):
+        response = httpx.get(f"{server.http}/api/requests", params=params)
+        assert response.status_code == 400
+        assert next(iter(params)) in response.json()["error"]
+    missing = httpx.get(f"{server.http}/api/requests/nope")
+    assert missing.status_code == 404 and missing.json() == {"error": "no such request"}
+    assert httpx.get(f"{server.http}/api/flamegraph", params={"format": "x"}).status_code == 400
+    assert httpx.get(f"{server.http}/healthz").text == "ok\n"

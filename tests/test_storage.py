@@ -1,0 +1,84 @@
+"""Schema versions and retention, on both backends."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from profiler_core.wire.builder import BatchBuilder
+from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
+from profiler_server.storage import migrations, schema
+from profiler_server.storage.engine import open_engine
+from tests.helpers import eventually, metric_value, stored_requests
+from tests.processes import ServerProcess
+
+HOUR_NS = 3600 * 10**9
+
+
+def test_schema_is_created_then_left_alone(db_url) -> None:  # type: ignore[no-untyped-def]
+    engine = open_engine(db_url)
+    try:
+        assert migrations.upgrade(engine) == 0
+        assert migrations.upgrade(engine) == migrations.LATEST
+        with engine.connect() as conn:
+            assert migrations.current_version(conn) == migrations.LATEST
+            rows = conn.execute(select(func.count()).select_from(schema.schema_version)).scalar()
+            assert rows == 1
+    finally:
+        engine.dispose()
+
+
+def test_newer_schema_is_refused_with_a_clear_error(db_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = open_engine(db_url)
+    migrations.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(schema.schema_version.update().values(version=migrations.LATEST + 1))
+    with pytest.raises(migrations.SchemaTooNew, match="upgrade request-profiler"):
+        migrations.upgrade(engine)
+    engine.dispose()
+    log = tmp_path / "server.log"
+    with pytest.raises(RuntimeError):
+        ServerProcess(db_url, log)
+    assert "newer than this server" in log.read_text()
+
+
+def send(server, wall_offset_ns: int, ids: range) -> None:  # type: ignore[no-untyped-def]
+    """Requests from a host whose clock pair places them `wall_offset_ns` in the past."""
+    message = hello("shop", uuid.uuid4())
+    message.wall_ns -= wall_offset_ns
+    builder = BatchBuilder()
+    synthetic_batch(builder, CallShape(calls=20, depth=4, functions=6), ids)
+    stream = HostStream(server.target)
+    stream.send_hello(message)
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1})
+    stream.close()
+
+
+def test_retention_deletes_old_requests_in_the_background(start_server, db_url) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(db_url, retention=60.0)
+    send(server, 2 * HOUR_NS, range(1, 4))
+    send(server, 0, range(1, 3))
+    engine = server.server.engine
+    old_minute = (time.time_ns() - 2 * HOUR_NS) // 60_000_000_000
+
+    def old_buckets() -> int:
+        with engine.connect() as conn:
+            return conn.execute(
+                select(func.count())
+                .select_from(schema.stack_buckets)
+                .where(schema.stack_buckets.c.minute <= old_minute)
+            ).scalar()
+
+    assert metric_value(server.http, "profiler_requests_stored_total") == 5
+    assert eventually(lambda: len(stored_requests(server.http)) == 2, timeout=20)
+    assert eventually(lambda: old_buckets() == 0, timeout=20)
+    with engine.connect() as conn:
+        trees = conn.execute(select(func.count()).select_from(schema.request_trees)).scalar()
+        functions = conn.execute(
+            select(func.count(func.distinct(schema.request_functions.c.request_id)))
+        ).scalar()
+    assert trees == 2 and functions == 2
