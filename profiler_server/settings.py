@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import argparse
+from dataclasses import dataclass
 
-from profiler_core.config import Option, duration, positive_int, size
+from profiler_core.config import Option, duration, positive_int, resolve, size
 
 
 def _address(text: str) -> str:
@@ -54,7 +55,7 @@ OPTIONS = [
     ),
     Option(
         "max-open-events",
-        "20000000",
+        "2000000",
         "events held in memory for unfinished requests; over it the oldest are stored truncated",
         positive_int,
     ),
@@ -64,22 +65,24 @@ OPTIONS = [
 
 @dataclass(frozen=True)
 class Settings:
-    listen: str = "127.0.0.1:50051"
-    http: str = "127.0.0.1:9999"
-    db: str = "sqlite:///profiler.db"
-    retention: float = 7 * 86400.0
-    top_k: int = 200
-    top_functions: int = 1000
-    max_routes: int = 500
-    max_message_bytes: int = 16 * 1024 * 1024
-    stream_timeout: float = 60.0
-    gap_timeout: float = 10.0
-    request_timeout: float = 600.0
-    max_request_events: int = 1_000_000
-    max_open_events: int = 20_000_000
-    log_level: str = "info"
+    listen: str
+    http: str
+    db: str
+    retention: float
+    top_k: int
+    top_functions: int
+    max_routes: int
+    max_message_bytes: int
+    stream_timeout: float
+    gap_timeout: float
+    request_timeout: float
+    max_request_events: int
+    max_open_events: int
+    log_level: str
 
     @classmethod
     def from_values(cls, values: dict) -> Settings:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+        return cls(**values)
+
+
+DEFAULTS = Settings.from_values(resolve(OPTIONS, argparse.Namespace(), environ={}))

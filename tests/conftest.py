@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from profiler_server.app import ProfilingServer
-from profiler_server.settings import Settings
+from profiler_server.settings import DEFAULTS
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
@@ -85,7 +85,8 @@ class RunningServer:
             self.thread.join(30)
 
 
-TEST_SETTINGS = Settings(
+TEST_SETTINGS = replace(
+    DEFAULTS,
     listen="127.0.0.1:0",
     http="127.0.0.1:0",
     stream_timeout=1.0,
