@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
 
@@ -28,3 +31,11 @@ def test_streamed_requests_are_stored_and_readable(server) -> None:  # type: ign
 
     assert count(root) == 51
     stream.close()
+
+
+def test_grpc_health_service_reports_serving(server) -> None:  # type: ignore[no-untyped-def]
+    with grpc.insecure_channel(server.target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for name in ("", "request_profiler.v1.Ingest"):
+            answer = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
