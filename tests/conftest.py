@@ -116,5 +116,5 @@ def start_server() -> Iterator:  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def server(start_server, db_url) -> RunningServer:  # type: ignore[no-untyped-def]
+def server(db_url, start_server) -> RunningServer:  # type: ignore[no-untyped-def]
     return start_server(db_url)

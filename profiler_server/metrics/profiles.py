@@ -73,8 +73,30 @@ class TopK:
 
 
 def _cap(text: str, limit: int = MAX_LABEL_CHARS) -> str:
-    """Label values longer than the limit fail the whole scrape in Mimir/Grafana Cloud."""
-    return text if len(text) <= limit else text[: limit - len(ELISION)] + ELISION
+    """A label value of at most `limit` UTF-8 bytes: Prometheus' `label_value_length_limit`
+    and Mimir/Grafana Cloud count bytes, and one longer value fails the whole scrape."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - len(ELISION.encode())].decode(errors="ignore") + ELISION
+
+
+def stack_label(signature: str, limit: int = MAX_LABEL_CHARS) -> str:
+    """label_value() (middle frames elided) bounded in UTF-8 bytes, not only in characters:
+    for non-ASCII names, the longest character budget whose value fits (binary search)."""
+    value = label_value(signature, limit)
+    if len(value.encode()) <= limit:
+        return value
+    best = _cap(value, limit)
+    low, high = 2, min(len(value), limit) - 1
+    while low <= high:  # about log2(limit) steps
+        middle = (low + high) // 2
+        candidate = label_value(signature, middle)
+        if len(candidate.encode()) <= limit:
+            best, low = candidate, middle + 1
+        else:
+            high = middle - 1
+    return best
 
 
 def _merge(series: dict, key: tuple, values: list[int], maxima: tuple[int, ...] = ()) -> None:
@@ -137,7 +159,7 @@ class ProfileMetrics(Collector):
         if found is None:
             if len(self._labels) > 100_000:
                 self._labels.clear()
-            found = self._labels[signature] = label_value(signature)
+            found = self._labels[signature] = stack_label(signature)
         return found
 
     def _add_stacks(
