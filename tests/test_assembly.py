@@ -82,9 +82,7 @@ def calls(assembled: AssembledRequest) -> dict[int, Node]:
 
 
 def flat(assembled: AssembledRequest, problems: Counter | None = None) -> FlatRequest:
-    return flatten(
-        assembled, lambda fid: (fid, NAMES[fid]), StackInterner(), problems or Counter()
-    )
+    return flatten(assembled, lambda fid: (fid, NAMES[fid]), StackInterner(), problems or Counter())
 
 
 def fn(node: Node) -> str:

@@ -12,12 +12,33 @@ from dataclasses import dataclass, field
 
 from profiler_core.model import LaneKind, function_name
 from profiler_core.wire import ingest_pb2
-from profiler_core.wire.columns import read_runs
+from profiler_core.wire.columns import MalformedEvents, Run, read_runs
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.flatten import stable_id
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
 
 RECENTLY_FINISHED = 100_000  # request ids remembered to recognise late events
+
+# What the store can hold. A value beyond these would fail the whole storage transaction,
+# and with it every other session's batches in it, so they are checked (or cut) here.
+MAX_NS = 2**62  # monotonic ns are non-negative; below this, differences and wall times fit
+MAX_SEQ = 2**62
+MAX_ROUTE = 500  # requests.route
+MAX_METHOD = 16  # requests.method
+MAX_LINE = 2**31 - 1  # functions.line
+
+
+def _check_ranges(batch: ingest_pb2.Batch, runs: list[Run]) -> None:
+    """Raises MalformedEvents for numbers the store cannot hold."""
+    if not 0 < batch.seq < MAX_SEQ:
+        raise MalformedEvents(f"seq {batch.seq} out of range")
+    times = [x.start_ns for x in batch.request_starts]
+    times += [x.end_ns for x in batch.request_ends]
+    times += [x.start_ns for x in batch.lanes]
+    for run in runs:
+        times += (min(run.times), max(run.times))
+    if times and not (min(times) >= 0 and max(times) < MAX_NS):
+        raise MalformedEvents("timestamps out of range")
 
 
 class SeqTracker:
@@ -94,17 +115,19 @@ class Session:
         """Adds a batch's records and events to the open requests (columns already validated)."""
         seq = batch.seq
         runs = list(read_runs(batch.events))  # validates before anything changes
+        _check_ranges(batch, runs)
         applied = Applied()
         for f in batch.functions:
             name = function_name(f.module, f.qualname)
             gid = stable_id(name)
             self.functions[f.id] = (gid, name)
-            applied.functions.append(FunctionRow(f.id, gid, name, f.file, f.line, f.kind))
+            line = f.line if f.line <= MAX_LINE else 0
+            applied.functions.append(FunctionRow(f.id, gid, name, f.file, line, f.kind))
         for start in batch.request_starts:
             pending = self._pending(start.request_id, seq, now, problems)
             if pending is not None:
-                pending.route = start.route
-                pending.method = start.method
+                pending.route = start.route[:MAX_ROUTE]
+                pending.method = start.method[:MAX_METHOD]
                 pending.start_ns = start.start_ns
         for lane in batch.lanes:
             pending = self._pending(lane.request_id, seq, now, problems)

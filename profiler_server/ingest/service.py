@@ -15,12 +15,28 @@ from google.protobuf.message import DecodeError
 
 from profiler_core.wire import ingest_pb2
 from profiler_server.assembly import problems as P
+from profiler_server.assembly.session import MAX_NS
 from profiler_server.metrics.health import ServerHealth
 from profiler_server.pipeline import Inbound, Pipeline
 
 log = logging.getLogger(__name__)
 
 SERVICE = "request_profiler.v1.Ingest"
+MAX_SERVICE = 200  # sessions.service; hostname and versions are cut to their columns instead
+
+
+def _hello_problem(hello: ingest_pb2.Hello) -> str | None:
+    """Why a Hello cannot be stored (None: it can, after cutting overlong descriptions)."""
+    if len(hello.service) > MAX_SERVICE:
+        return f"service name longer than {MAX_SERVICE} characters"
+    if not (0 <= hello.wall_ns < MAX_NS and 0 <= hello.monotonic_ns < MAX_NS):
+        return "wall_ns and monotonic_ns must be clock readings (non-negative ns)"
+    hello.hostname = hello.hostname[:255]
+    hello.python_version = hello.python_version[:64]
+    hello.profiler_version = hello.profiler_version[:64]
+    if hello.pid > 2**31 - 1:
+        hello.pid = 0
+    return None
 
 
 class _Abort:
@@ -95,7 +111,7 @@ class IngestService:
                         f"{self.max_message_bytes} bytes (--max-message-bytes); "
                         "send smaller batches",
                     )
-                    return
+                    break
                 try:
                     message = ingest_pb2.HostMessage.FromString(raw)
                 except DecodeError:
@@ -103,6 +119,11 @@ class IngestService:
                     continue
                 body = message.WhichOneof("body")
                 if body == "hello":
+                    problem = _hello_problem(message.hello)
+                    if problem is not None:
+                        self.health.rejected.labels(P.BAD_HELLO).inc()
+                        handle.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad Hello: {problem}")
+                        break
                     hello_seen = True
                     await self._submit(Inbound(handle, hello=message.hello))
                 elif body == "batch":
@@ -111,7 +132,7 @@ class IngestService:
                         handle.abort(
                             grpc.StatusCode.FAILED_PRECONDITION, "send Hello before batches"
                         )
-                        return
+                        break
                     await self._submit(Inbound(handle, batch=message.batch, raw=raw))
                 else:
                     self.health.rejected.labels(P.GARBAGE).inc()
@@ -122,6 +143,7 @@ class IngestService:
             if "larger than max" in str(exc):
                 self.health.rejected.labels(P.OVERSIZED).inc()
         # After the last message is processed the worker ends the stream (None in outbox).
+        # Also after an abort above: the worker must learn that the session's stream ended.
         await self._submit(Inbound(handle, closed=True))
 
     async def _until_draining(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
