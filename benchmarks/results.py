@@ -19,9 +19,9 @@ def path_for(name: str, suffix: str) -> Path:
     return RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
 
 
-def save(name: str, data: dict) -> Path:
+def save(name: str, data: dict, path: Path | None = None) -> Path:
     """Writes the figures with enough context (machine, Python, command) to compare runs."""
-    path = path_for(name, ".json")
+    path = path or path_for(name, ".json")
     payload = {
         "benchmark": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -30,6 +30,7 @@ def save(name: str, data: dict) -> Path:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "load_average_1_5_15m": os.getloadavg(),
         },
         **data,
     }

@@ -308,6 +308,7 @@ class Pipeline:
             log.debug("session %s batch %d rejected: %s", session.id, seq, exc)
             problems[P.MALFORMED_BATCH] += 1
             ack.rejected.append(seq)
+            session.seqs.add(seq)  # never coming back: later batches must not wait for it
             return
         if session.seqs.add(seq):
             problems[P.OUT_OF_ORDER_BATCH] += 1

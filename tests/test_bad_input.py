@@ -408,11 +408,6 @@ def test_a_batch_that_never_comes_is_given_up_after_the_gap_timeout(server, good
     good.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="storage/writer.py _add_buckets runs the stack_buckets upsert with an empty "
-    "parameter list when no stored request has a call: the whole transaction fails",
-)
 def test_a_request_left_with_no_calls_is_stored_with_an_empty_tree(server, good) -> None:
     bad = BadHost(server)
     builder = new_batch()
@@ -512,11 +507,6 @@ def test_strings_longer_than_the_store_keeps_are_cut(server, good) -> None:
     good.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline.py _batch never marks a rejected seq as received: the session's later "
-    "batches wait --gap-timeout for it and a spurious `gap` is counted",
-)
 def test_a_rejected_batch_does_not_hold_up_the_sessions_next_requests(db_url, start_server) -> None:
     server = start_server(db_url, gap_timeout=30.0)
     bad = BadHost(server)

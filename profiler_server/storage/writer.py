@@ -204,6 +204,12 @@ class Writer:
                 agg[MAX] = max(agg[MAX], t[MAX])
                 agg[MAX_SLICE] = max(agg[MAX_SLICE], t[MAX_SLICE])
         # Sorted keys: servers sharing a PostgreSQL lock bucket rows in the same order.
+        if stacks:
+            self._upsert_stack_buckets(conn, stacks)
+        if functions:
+            self._upsert_function_buckets(conn, functions)
+
+    def _upsert_stack_buckets(self, conn: Connection, stacks: dict[tuple, list[int]]) -> None:
         table = schema.stack_buckets
         stmt = _insert(conn, table)
         conn.execute(
@@ -226,8 +232,8 @@ class Writer:
                 for k, v in sorted(stacks.items())
             ],
         )
-        if not functions:
-            return
+
+    def _upsert_function_buckets(self, conn: Connection, functions: dict[tuple, list[int]]) -> None:
         table = schema.function_buckets
         stmt = _insert(conn, table)
         summed = ("calls", "total_ns", "self_ns", "active_ns", "await_ns", "ready_ns")
