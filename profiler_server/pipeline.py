@@ -23,7 +23,7 @@ from profiler_core.wire import ingest_pb2
 from profiler_core.wire.columns import MalformedEvents
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.builder import assemble
-from profiler_server.assembly.flatten import StackInterner, flatten
+from profiler_server.assembly.flatten import CALLS, SELF, summarize
 from profiler_server.assembly.pending import PendingRequest
 from profiler_server.assembly.session import SeqTracker, Session
 from profiler_server.metrics.health import ServerHealth
@@ -94,7 +94,6 @@ class Pipeline:
         self.queue: queue.Queue[Inbound | None] = queue.Queue(maxsize=1024)
         self.sessions: dict[str, Session] = {}
         self.streams: dict[int, Session] = {}  # id(stream) -> session
-        self.interner = StackInterner()
         self.names: dict[int, str] = {}
         self._thread: threading.Thread | None = None
         self._next = {"heartbeat": 0.0, "reap": 0.0, "retention": 0.0}
@@ -351,16 +350,7 @@ class Pipeline:
     ) -> None:
         main_name = f"{pending.method} {pending.route}".strip() or f"request {pending.request_id}"
         request = assemble(session.id, pending, problems, main_name)
-
-        def resolve(fid: int) -> tuple[int, str]:
-            found = session.functions.get(fid)
-            if found is None:
-                problems[P.UNKNOWN_FUNCTION] += 1
-                name = f"(unknown function {fid})"
-                return -fid - 1, name
-            return found
-
-        flat = flatten(request, resolve, self.interner, problems)
+        flat = summarize(request, session.interner, problems)
         hello = session.hello
         row = {
             "id": request.key,
@@ -372,11 +362,11 @@ class Pipeline:
             "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
             "duration_ns": request.end - request.start,
             "truncated": request.truncated,
-            "calls": flat.calls,
+            "calls": request.calls,
             "events": request.events,
         }
-        ids, sigs = self.interner.ids, self.interner.signatures
-        stacks = [(ids[s], sigs[s], v[0], v[1]) for s, v in flat.stacks.items()]
+        ids, sigs = session.interner.ids, session.interner.signatures
+        stacks = [(ids[s], sigs[s], v[SELF], v[CALLS]) for s, v in flat.stacks.items()]
         group.ws.requests.append(
             StoredRequest(row, flat.tree.SerializeToString(), flat.functions, stacks)
         )

@@ -7,12 +7,14 @@ assembles them, and checks the tree and the problems counted by reason.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 
 from profiler_core.model import EventKind, LaneKind, Outcome
 from profiler_core.wire.columns import Run
+from profiler_server.assembly import calltree as C
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.builder import assemble
-from profiler_server.assembly.calltree import AssembledRequest, Node
+from profiler_server.assembly.calltree import AssembledRequest
 from profiler_server.assembly.flatten import (
     ACTIVE,
     AWAIT,
@@ -24,7 +26,7 @@ from profiler_server.assembly.flatten import (
     TOTAL,
     FlatRequest,
     StackInterner,
-    flatten,
+    summarize,
 )
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
 
@@ -34,6 +36,7 @@ SUSPEND, RESUME, READY_EV = EventKind.SUSPEND, EventKind.RESUME, EventKind.READY
 # function ids -> names (what the session's FunctionDefs would say)
 F, G, H, GEN, GEN2 = 1, 2, 3, 4, 5
 NAMES = {F: "app:f", G: "app:g", H: "app:h", GEN: "app:gen", GEN2: "app:gen2"}
+NAMES_BY_ID = {fid: (fid, name) for fid, name in NAMES.items()}
 
 
 def run(lane: int, *events: tuple[EventKind, int, int, int], request_id: int = 1) -> Run:
@@ -69,10 +72,85 @@ def build(pending: PendingRequest) -> tuple[AssembledRequest, Counter]:
     return assemble("s", pending, problems, "GET /r"), problems
 
 
+@dataclass(eq=False)
+class Node:
+    """One call, read back from the tree's columns (compared by identity)."""
+
+    call: int
+    function: int
+    start: int
+    end: int
+    self_ns: int
+    active_ns: int
+    await_ns: int
+    ready_ns: int
+    max_slice_ns: int
+    suspensions: int
+    outcome: Outcome
+    parent: Node | None = None
+    children: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class Lane:
+    lane_id: int
+    kind: LaneKind
+    name: str
+    root: Node
+    parent_lane: int | None
+    parent_call: int | None
+
+
+_views: dict[int, tuple[AssembledRequest, list[Lane]]] = {}
+
+
+def lane_views(assembled: AssembledRequest) -> list[Lane]:
+    """The lanes with nested nodes (built once per request, so identities hold)."""
+    cached = _views.get(id(assembled))
+    if cached is not None and cached[0] is assembled:
+        return cached[1]
+    tree = assembled.tree
+    nodes = []
+    for i in range(len(tree)):
+        extra = tree.extras.get(i, [tree.active_ns(i), 0, 0, tree.end[i] - tree.start[i], 0])
+        nodes.append(
+            Node(
+                tree.call[i],
+                tree.function[i],
+                tree.start[i],
+                tree.end[i],
+                tree.self_ns[i],
+                tree.active_ns(i),
+                extra[C.AWAIT],
+                extra[C.READY],
+                extra[C.MAX_SLICE],
+                extra[C.SUSPENSIONS],
+                tree.outcomes.get(i, Outcome.RETURN),
+            )
+        )
+    for i, parent in enumerate(tree.parent):
+        if parent >= 0:
+            nodes[i].parent = nodes[parent]
+            nodes[parent].children.append(nodes[i])
+    result = [
+        Lane(
+            lane.lane_id,
+            lane.kind,
+            lane.name,
+            nodes[lane.root],
+            lane.parent_lane,
+            None if lane.parent_node is None else tree.call[lane.parent_node],
+        )
+        for lane in tree.lanes
+    ]
+    _views[id(assembled)] = (assembled, result)
+    return result
+
+
 def calls(assembled: AssembledRequest) -> dict[int, Node]:
     """Every call node of every lane, by call id."""
     found: dict[int, Node] = {}
-    work = [lane.root for lane in assembled.lanes]
+    work = [lane.root for lane in lane_views(assembled)]
     while work:
         node = work.pop()
         if node.function >= 0:
@@ -82,7 +160,7 @@ def calls(assembled: AssembledRequest) -> dict[int, Node]:
 
 
 def flat(assembled: AssembledRequest, problems: Counter | None = None) -> FlatRequest:
-    return flatten(assembled, lambda fid: (fid, NAMES[fid]), StackInterner(), problems or Counter())
+    return summarize(assembled, StackInterner(NAMES_BY_ID.get), problems or Counter())
 
 
 def fn(node: Node) -> str:
@@ -110,7 +188,7 @@ def test_nested_calls_get_exact_start_end_and_self_time() -> None:
     )
     assert problems == Counter()
     assert not req.truncated
-    (main,) = req.lanes
+    (main,) = lane_views(req)
     assert main.kind == LaneKind.MAIN and main.name == "GET /r"
     (f,) = main.root.children
     g, h = f.children
@@ -265,7 +343,7 @@ def test_a_generator_entered_and_not_driven_to_its_end_does_not_unwind_its_calle
     )
     assert problems == Counter()
     f, gen, g = calls(req)[1], calls(req)[2], calls(req)[3]
-    assert gen.parent is f and g.parent is req.lanes[0].root
+    assert gen.parent is f and g.parent is lane_views(req)[0].root
     assert f.outcome == gen.outcome == g.outcome == Outcome.RETURN
     assert g.self_ns == 30 - 10  # gen ran 50..60 inside g
     assert (gen.active_ns, gen.await_ns) == (20, 30)
@@ -290,7 +368,7 @@ def test_spawned_lanes_hang_under_their_spawning_node_else_under_the_request_roo
         )
     )
     assert problems == Counter()
-    trees = {lane.lane_id: lane for lane in req.lanes}
+    trees = {lane.lane_id: lane for lane in lane_views(req)}
     assert set(trees) == {0, 1, 2, 3}
     worker, orphan, unnamed = trees[1], trees[2], trees[3]
     assert (worker.kind, worker.name, worker.parent_lane, worker.parent_call) == (
@@ -314,10 +392,10 @@ def test_spawned_lanes_hang_under_their_spawning_node_else_under_the_request_roo
 
     stored = flat(req).tree
     by_name = {lane.name: lane for lane in stored.lanes}
-    f_index = by_name["GET /r"].first_node + 1  # pre-order: root, then f
+    f_index = req.tree.call.index(1)
     assert stored.functions[stored.function[f_index]] == "app:f"
     assert by_name["worker"].parent_node == f_index
-    assert by_name["worker"].parent_lane == list(stored.lanes).index(by_name["GET /r"])
+    assert by_name["worker"].parent_lane == 0
     assert by_name["orphan"].parent_node == -1
     assert by_name["lane 3"].parent_node == -1
 
@@ -331,9 +409,9 @@ def test_a_spawned_lanes_stacks_extend_its_spawning_nodes_stack() -> None:
             lanes=lanes,
         )
     )
-    interner = StackInterner()
-    result = flatten(req, lambda fid: (fid, NAMES[fid]), interner, Counter())
-    signatures = {interner.signatures[s]: v for s, v in result.stacks.items()}
+    interner = StackInterner(NAMES_BY_ID.get)
+    result = summarize(req, interner, Counter())
+    signatures = {interner.signatures[s]: [v[SELF], v[CALLS]] for s, v in result.stacks.items()}
     assert signatures == {"app:f": [90, 1], "app:f;app:h": [20, 1]}
 
 
@@ -420,7 +498,7 @@ def test_exit_without_enter_is_ignored_and_counted() -> None:
         )
     )
     assert problems == Counter({P.EXIT_WITHOUT_ENTER: 2})
-    (f,) = req.lanes[0].root.children
+    (f,) = lane_views(req)[0].root.children
     assert (f.start, f.end, f.outcome) == (10, 20, Outcome.RETURN)
     assert not req.truncated
 
@@ -446,7 +524,7 @@ def test_an_outer_exit_closes_the_inner_call_whose_exit_is_missing() -> None:
     f, g, h = calls(req)[1], calls(req)[2], calls(req)[3]
     assert (g.end, g.outcome) == (50, Outcome.TRUNCATED)
     assert (f.end, f.outcome) == (50, Outcome.RETURN)
-    assert h.parent is req.lanes[0].root  # the stack is sound again after the repair
+    assert h.parent is lane_views(req)[0].root  # the stack is sound again after the repair
     assert req.truncated  # a node's end is a guess: the request says so
 
 
@@ -479,7 +557,7 @@ def test_events_after_the_requests_end_are_dropped_and_counted() -> None:
         )
     )
     assert problems == Counter({P.EVENTS_AFTER_END: 2})
-    (f,) = req.lanes[0].root.children
+    (f,) = lane_views(req)[0].root.children
     assert (f.start, f.end) == (10, 50)
     assert req.end == 100 and not req.truncated
 
@@ -498,7 +576,7 @@ def test_a_request_without_its_start_record_starts_at_its_first_event() -> None:
     )
     assert problems == Counter({P.MISSING_START: 1})
     assert (req.start, req.end) == (500, 700)
-    assert req.lanes[0].root.start == 500
+    assert lane_views(req)[0].root.start == 500
 
 
 def test_a_request_without_its_end_record_is_truncated_at_its_last_event() -> None:

@@ -7,49 +7,51 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StoredLane(_message.Message):
-    __slots__ = ("id", "kind", "name", "parent_lane", "parent_node", "first_node", "node_count")
+    __slots__ = ("id", "kind", "name", "root", "parent_lane", "parent_node")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
     PARENT_LANE_FIELD_NUMBER: _ClassVar[int]
     PARENT_NODE_FIELD_NUMBER: _ClassVar[int]
-    FIRST_NODE_FIELD_NUMBER: _ClassVar[int]
-    NODE_COUNT_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: int
     name: str
+    root: int
     parent_lane: int
     parent_node: int
-    first_node: int
-    node_count: int
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[int] = ..., name: _Optional[str] = ..., parent_lane: _Optional[int] = ..., parent_node: _Optional[int] = ..., first_node: _Optional[int] = ..., node_count: _Optional[int] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[int] = ..., name: _Optional[str] = ..., root: _Optional[int] = ..., parent_lane: _Optional[int] = ..., parent_node: _Optional[int] = ...) -> None: ...
 
 class StoredTree(_message.Message):
-    __slots__ = ("functions", "lanes", "depth", "function", "start_ns", "end_ns", "self_ns", "active_ns", "await_ns", "ready_ns", "max_slice_ns", "suspensions", "outcome")
+    __slots__ = ("functions", "lanes", "parent", "function", "start_delta_ns", "duration_ns", "self_ns", "suspended_node", "active_ns", "await_ns", "ready_ns", "max_slice_ns", "suspensions", "outcome_node", "outcome")
     FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
-    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
     FUNCTION_FIELD_NUMBER: _ClassVar[int]
-    START_NS_FIELD_NUMBER: _ClassVar[int]
-    END_NS_FIELD_NUMBER: _ClassVar[int]
+    START_DELTA_NS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_FIELD_NUMBER: _ClassVar[int]
     SELF_NS_FIELD_NUMBER: _ClassVar[int]
+    SUSPENDED_NODE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_NS_FIELD_NUMBER: _ClassVar[int]
     AWAIT_NS_FIELD_NUMBER: _ClassVar[int]
     READY_NS_FIELD_NUMBER: _ClassVar[int]
     MAX_SLICE_NS_FIELD_NUMBER: _ClassVar[int]
     SUSPENSIONS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_NODE_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     functions: _containers.RepeatedScalarFieldContainer[str]
     lanes: _containers.RepeatedCompositeFieldContainer[StoredLane]
-    depth: _containers.RepeatedScalarFieldContainer[int]
+    parent: _containers.RepeatedScalarFieldContainer[int]
     function: _containers.RepeatedScalarFieldContainer[int]
-    start_ns: _containers.RepeatedScalarFieldContainer[int]
-    end_ns: _containers.RepeatedScalarFieldContainer[int]
+    start_delta_ns: _containers.RepeatedScalarFieldContainer[int]
+    duration_ns: _containers.RepeatedScalarFieldContainer[int]
     self_ns: _containers.RepeatedScalarFieldContainer[int]
+    suspended_node: _containers.RepeatedScalarFieldContainer[int]
     active_ns: _containers.RepeatedScalarFieldContainer[int]
     await_ns: _containers.RepeatedScalarFieldContainer[int]
     ready_ns: _containers.RepeatedScalarFieldContainer[int]
     max_slice_ns: _containers.RepeatedScalarFieldContainer[int]
     suspensions: _containers.RepeatedScalarFieldContainer[int]
+    outcome_node: _containers.RepeatedScalarFieldContainer[int]
     outcome: bytes
-    def __init__(self, functions: _Optional[_Iterable[str]] = ..., lanes: _Optional[_Iterable[_Union[StoredLane, _Mapping]]] = ..., depth: _Optional[_Iterable[int]] = ..., function: _Optional[_Iterable[int]] = ..., start_ns: _Optional[_Iterable[int]] = ..., end_ns: _Optional[_Iterable[int]] = ..., self_ns: _Optional[_Iterable[int]] = ..., active_ns: _Optional[_Iterable[int]] = ..., await_ns: _Optional[_Iterable[int]] = ..., ready_ns: _Optional[_Iterable[int]] = ..., max_slice_ns: _Optional[_Iterable[int]] = ..., suspensions: _Optional[_Iterable[int]] = ..., outcome: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, functions: _Optional[_Iterable[str]] = ..., lanes: _Optional[_Iterable[_Union[StoredLane, _Mapping]]] = ..., parent: _Optional[_Iterable[int]] = ..., function: _Optional[_Iterable[int]] = ..., start_delta_ns: _Optional[_Iterable[int]] = ..., duration_ns: _Optional[_Iterable[int]] = ..., self_ns: _Optional[_Iterable[int]] = ..., suspended_node: _Optional[_Iterable[int]] = ..., active_ns: _Optional[_Iterable[int]] = ..., await_ns: _Optional[_Iterable[int]] = ..., ready_ns: _Optional[_Iterable[int]] = ..., max_slice_ns: _Optional[_Iterable[int]] = ..., suspensions: _Optional[_Iterable[int]] = ..., outcome_node: _Optional[_Iterable[int]] = ..., outcome: _Optional[bytes] = ...) -> None: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from itertools import accumulate
 
 from profiler_core.model import LaneKind, Outcome
 from profiler_core.wire import tree_pb2
@@ -34,57 +35,51 @@ def summary(row: dict) -> dict:
 
 
 def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
-    """Nests each lane's pre-order node columns into node dicts."""
-    names = list(tree.functions)
-    depth = tree.depth
-    fn = tree.function
-    start = tree.start_ns
-    end = tree.end_ns
-    self_ns = tree.self_ns
-    active = tree.active_ns
-    await_ns = tree.await_ns
-    ready = tree.ready_ns
-    slices = tree.max_slice_ns
-    susp = tree.suspensions
-    outcome = tree.outcome
-    out = []
-    for lane in tree.lanes:
-        stack: list[list] = []
-        root = None
-        for i in range(lane.first_node, lane.first_node + lane.node_count):
-            node = {
-                "id": i,
-                "function": names[fn[i]],
-                "start_ns": start[i],
-                "end_ns": end[i],
-                "self_ns": self_ns[i],
-                "active_ns": active[i],
-                "await_ns": await_ns[i],
-                "ready_ns": ready[i],
-                "max_slice_ns": slices[i],
-                "suspensions": susp[i],
-                "outcome": _OUTCOMES.get(outcome[i], "truncated"),
-                "children": [],
-            }
-            d = depth[i]
-            del stack[d:]
-            if stack:
-                stack[-1].append(node)
-            else:
-                root = node
-            stack.append(node["children"])
-        parent_lane = tree.lanes[lane.parent_lane].id if lane.parent_lane >= 0 else None
-        out.append(
-            {
-                "id": lane.id,
-                "kind": _LANE_KINDS.get(lane.kind, "thread"),
-                "name": lane.name,
-                "parent_lane": parent_lane,
-                "parent_node": lane.parent_node if lane.parent_node >= 0 else None,
-                "root": root,
-            }
-        )
-    return out
+    """Nests the stored columns into each lane's node dicts."""
+    names = tree.functions
+    function, parent = tree.function, tree.parent
+    start = list(accumulate(tree.start_delta_ns))
+    duration, self_ns = tree.duration_ns, tree.self_ns
+    nodes = [
+        {
+            "id": i,
+            "function": names[function[i]],
+            "start_ns": start[i],
+            "end_ns": start[i] + duration[i],
+            "self_ns": self_ns[i],
+            "active_ns": duration[i],
+            "await_ns": 0,
+            "ready_ns": 0,
+            "max_slice_ns": duration[i],
+            "suspensions": 0,
+            "outcome": "return",
+            "children": [],
+        }
+        for i in range(len(function))
+    ]
+    for k, i in enumerate(tree.suspended_node):
+        node = nodes[i]
+        node["active_ns"] = tree.active_ns[k]
+        node["await_ns"] = tree.await_ns[k]
+        node["ready_ns"] = tree.ready_ns[k]
+        node["max_slice_ns"] = tree.max_slice_ns[k]
+        node["suspensions"] = tree.suspensions[k]
+    for i, outcome in zip(tree.outcome_node, tree.outcome, strict=True):
+        nodes[i]["outcome"] = _OUTCOMES.get(outcome, "truncated")
+    for i, p in enumerate(parent):
+        if p >= 0:
+            nodes[p]["children"].append(nodes[i])
+    return [
+        {
+            "id": lane.id,
+            "kind": _LANE_KINDS.get(lane.kind, "thread"),
+            "name": lane.name,
+            "parent_lane": str(lane.parent_lane) if lane.parent_lane >= 0 else None,
+            "parent_node": lane.parent_node if lane.parent_node >= 0 else None,
+            "root": nodes[lane.root],
+        }
+        for lane in tree.lanes
+    ]
 
 
 def folded(stacks: list[tuple[str, int, int]]) -> str:

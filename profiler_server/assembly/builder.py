@@ -1,96 +1,218 @@
 """Rebuilds a request's call tree, lane by lane, from its enter/exit/suspend/resume events.
 
-Bad input is repaired, never fatal: every repair is counted by reason in `problems`.
+The common path (a call entered and left on top of its lane's stack) is one tight loop
+over the event columns; everything unusual goes through `_Repairs`, which repairs what it
+can and counts every repair by reason in `problems`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
+from itertools import repeat
 from operator import itemgetter
 
 from profiler_core.model import MAIN_LANE, EventKind, LaneKind, Outcome
 from profiler_server.assembly import problems as P
-from profiler_server.assembly.calltree import AssembledRequest, LaneTree, Node
+from profiler_server.assembly.calltree import (
+    ACTIVE,
+    AWAIT,
+    LANE_ROOT,
+    MAX_SLICE,
+    READY,
+    READY_AT,
+    SLICE_START,
+    SUSPENDED_AT,
+    SUSPENSIONS,
+    AssembledRequest,
+    CallTree,
+    LaneTree,
+)
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
 
-ENTER = int(EventKind.ENTER)  # plain ints: the hot loop compares bytes
+# Plain ints: the hot loop compares bytes.
+ENTER = int(EventKind.ENTER)
 EXIT = int(EventKind.EXIT)
 EXIT_EXCEPTION = int(EventKind.EXIT_EXCEPTION)
 SUSPEND = int(EventKind.SUSPEND)
 RESUME = int(EventKind.RESUME)
-READY = int(EventKind.READY)
-
-LANE_ROOT = -1  # function id of a lane's synthetic root node
+READY_EVENT = int(EventKind.READY)
 
 
 class _Lane:
     __slots__ = ("last", "root", "stack")
 
-    def __init__(self, root: Node) -> None:
+    def __init__(self, root: int, start: int) -> None:
         self.root = root
-        self.stack: list[Node] = []
-        self.last = root.start
+        self.stack: list[int] = []
+        self.last = start
 
 
-def _close(node: Node, t: int, outcome: Outcome) -> None:
-    if node.slice_start >= 0:
-        slice_ns = t - node.slice_start
-        node.active_ns += slice_ns
-        if slice_ns > node.max_slice_ns:
-            node.max_slice_ns = slice_ns
-        node.slice_start = -1
-    elif node.suspended_at >= 0:
-        _end_wait(node, t)
-    node.end = t
-    node.outcome = outcome
-
-
-def _end_wait(node: Node, t: int) -> None:
-    if node.ready_at >= 0:
-        node.await_ns += node.ready_at - node.suspended_at
-        node.ready_ns += t - node.ready_at
-    else:
-        node.await_ns += t - node.suspended_at
-    node.suspended_at = -1
-    node.ready_at = -1
-
-
-def _unwind_to(lane: _Lane, node: Node, t: int, problems: Counter) -> bool:
-    """Pops `node` off the lane's stack, closing (truncated) anything left open above it."""
-    stack = lane.stack
-    if node not in stack:
-        return False
-    while stack[-1] is not node:
-        _close(stack.pop(), t, Outcome.TRUNCATED)
-        problems[P.MISSING_EXIT] += 1
-    stack.pop()
-    return True
-
-
-def _flatten_runs(
+def _columns(
     pending: PendingRequest,
-) -> tuple[bytearray, list[int], list[int], list[int], list[int]]:
+) -> tuple[bytearray, list[int], list[int], list[int], list[int] | None]:
+    """The request's events as flat columns in seq order; lane per event unless all are main."""
     kinds = bytearray()
     functions: list[int] = []
     calls: list[int] = []
     times: list[int] = []
-    lanes: list[int] = []
-    for _, run in sorted(pending.runs, key=itemgetter(0)):
+    runs = sorted(pending.runs, key=itemgetter(0))
+    for _, run in runs:
         kinds += run.kinds
         functions += run.functions
         calls += run.calls
         times += run.times
+    if all(run.lane_id == MAIN_LANE for _, run in runs):
+        return kinds, functions, calls, times, None
+    lanes: list[int] = []
+    for _, run in runs:
         lanes += [run.lane_id] * len(run.kinds)
     return kinds, functions, calls, times, lanes
+
+
+class _Repairs:
+    """Everything off the common path: lanes, suspensions, odd exits, the end of the request."""
+
+    def __init__(self, tree: CallTree, infos: dict[int, LaneInfo], problems: Counter) -> None:
+        self.tree = tree
+        self.infos = infos
+        self.problems = problems
+        self.lanes: dict[int, _Lane] = {}
+        self.call_node: dict[int, int] = {}
+
+    def open_lane(self, lane_id: int, start: int, kind: LaneKind, name: str) -> _Lane:
+        tree = self.tree
+        root = len(tree.function)
+        info = self.infos.get(lane_id)
+        parent_lane = parent_node = None
+        if lane_id != MAIN_LANE:
+            if info is None:
+                info = LaneInfo(kind, name, MAIN_LANE, None, None)
+            kind, name = info.kind, info.name
+            if info.start_ns is not None:
+                start = min(start, info.start_ns)
+            parent_lane = info.parent_lane if info.parent_lane in self.lanes else MAIN_LANE
+            if info.parent_call is not None:
+                parent_node = self.call_node.get(info.parent_call)
+        tree.call.append(0)
+        tree.function.append(LANE_ROOT)
+        tree.parent.append(-1)
+        tree.start.append(start)
+        tree.end.append(-1)
+        tree.self_ns.append(0)
+        tree.lanes.append(LaneTree(lane_id, kind, name, root, parent_lane, parent_node))
+        lane = self.lanes[lane_id] = _Lane(root, start)
+        return lane
+
+    def close(self, node: int, t: int, outcome: Outcome) -> None:
+        tree = self.tree
+        tree.end[node] = t
+        if outcome != Outcome.RETURN:
+            tree.outcomes[node] = outcome
+        extra = tree.extras.get(node)
+        if extra is None:
+            return
+        if extra[SLICE_START] >= 0:
+            _end_slice(extra, t)
+        elif extra[SUSPENDED_AT] >= 0:  # closed at its yield: close(), throw(), cancellation
+            _end_wait(extra, t)
+
+    def unwind(self, stack: list[int], node: int, t: int) -> bool:
+        """Pops `node`, closing (truncated) whatever was left open above it."""
+        if node not in stack:
+            return False
+        while stack[-1] != node:
+            self.close(stack.pop(), t, Outcome.TRUNCATED)
+            self.problems[P.MISSING_EXIT] += 1
+        stack.pop()
+        return True
+
+    def unwind_anywhere(self, lane: _Lane, node: int, t: int) -> None:
+        if not self.unwind(lane.stack, node, t):
+            for other in self.lanes.values():
+                if self.unwind(other.stack, node, t):
+                    return
+
+    def exit(self, lane: _Lane, node: int, kind: int, function: int, t: int) -> None:
+        tree = self.tree
+        if node < 0 or tree.end[node] >= 0:
+            self.problems[P.EXIT_WITHOUT_ENTER] += 1
+            return
+        if tree.function[node] != function:
+            self.problems[P.EXIT_MISMATCH] += 1
+        extra = tree.extras.get(node)
+        if extra is None or extra[SLICE_START] >= 0:
+            self.unwind_anywhere(lane, node, t)
+        self.close(node, t, Outcome.RETURN if kind == EXIT else Outcome.EXCEPTION)
+
+    def suspension(self, lane: _Lane, node: int, kind: int, t: int) -> None:
+        tree = self.tree
+        closed = node < 0 or tree.end[node] >= 0
+        extra = None if closed else tree.extras.get(node)
+        if kind == SUSPEND:
+            if closed:
+                self.problems[P.SUSPEND_WHILE_SUSPENDED] += 1
+                return
+            if extra is None:
+                extra = tree.extras[node] = [0, 0, 0, 0, 0, tree.start[node], -1, -1]
+            elif extra[SLICE_START] < 0:
+                self.problems[P.SUSPEND_WHILE_SUSPENDED] += 1
+                return
+            self.unwind_anywhere(lane, node, t)
+            _end_slice(extra, t)
+            extra[SUSPENDED_AT] = t
+            extra[SUSPENSIONS] += 1
+        elif kind == RESUME:
+            if extra is None or extra[SUSPENDED_AT] < 0:
+                self.problems[P.RESUME_WITHOUT_SUSPEND] += 1
+                return
+            _end_wait(extra, t)
+            extra[SLICE_START] = t
+            lane.stack.append(node)
+        elif extra is not None and extra[SUSPENDED_AT] >= 0 and extra[READY_AT] < 0:
+            extra[READY_AT] = t
+
+    def finish(self, end: int) -> None:
+        """Closes what is still open at the request's end, marked truncated."""
+        tree = self.tree
+        for lane_id, lane in self.lanes.items():
+            stack = lane.stack
+            if end > lane.last and (stack or lane_id == MAIN_LANE):
+                tree.self_ns[stack[-1] if stack else lane.root] += end - lane.last
+                lane.last = end
+            while stack:
+                self.close(stack.pop(), end, Outcome.TRUNCATED)
+                self.problems[P.MISSING_EXIT] += 1
+            tree.end[lane.root] = end if lane_id == MAIN_LANE else lane.last
+        for node in tree.extras:
+            if tree.end[node] < 0:  # still suspended
+                self.close(node, end, Outcome.TRUNCATED)
+                self.problems[P.MISSING_EXIT] += 1
+
+
+def _end_slice(extra: list[int], t: int) -> None:
+    slice_ns = t - extra[SLICE_START]
+    extra[ACTIVE] += slice_ns
+    if slice_ns > extra[MAX_SLICE]:
+        extra[MAX_SLICE] = slice_ns
+    extra[SLICE_START] = -1
+
+
+def _end_wait(extra: list[int], t: int) -> None:
+    if extra[READY_AT] >= 0:
+        extra[AWAIT] += extra[READY_AT] - extra[SUSPENDED_AT]
+        extra[READY] += t - extra[READY_AT]
+    else:
+        extra[AWAIT] += t - extra[SUSPENDED_AT]
+    extra[SUSPENDED_AT] = -1
+    extra[READY_AT] = -1
 
 
 def assemble(
     session_id: str, pending: PendingRequest, problems: Counter, main_name: str = ""
 ) -> AssembledRequest:
     """Builds the lanes' call trees; repairs and counts whatever does not fit."""
-    kinds, functions, calls, times, lane_ids = _flatten_runs(pending)
-    n = len(kinds)
-    missing_before = problems[P.MISSING_EXIT]  # any call closed without its exit truncates
+    kinds, functions, calls, times, lane_ids = _columns(pending)
     truncated = pending.host_truncated or pending.dropped_events > 0
     start = pending.start_ns
     if start is None:
@@ -102,89 +224,67 @@ def assemble(
         end = max(times) if times else start
     end = max(end, start)
 
-    # Events of several lanes are processed in time order (a generator entered in one
-    # lane may be resumed in another); a stable sort keeps each lane's own order.
-    order = sorted(range(n), key=times.__getitem__) if len(set(lane_ids)) > 1 else range(n)
-
-    infos = dict(pending.lanes)
-    main_root = Node(0, LANE_ROOT, None, start)
-    lanes: dict[int, _Lane] = {MAIN_LANE: _Lane(main_root)}
-    trees: dict[int, LaneTree] = {
-        MAIN_LANE: LaneTree(MAIN_LANE, LaneKind.MAIN, main_name or "main", main_root)
-    }
-    nodes: dict[int, Node] = {}
-    dropped_after_end = 0
-
+    tree = CallTree()
+    repairs = _Repairs(tree, pending.lanes, problems)
+    missing_before = problems[P.MISSING_EXIT]
+    lane = repairs.open_lane(MAIN_LANE, start, LaneKind.MAIN, main_name or "main")
+    call_node = repairs.call_node
+    fn, par, st, en, sf = tree.function, tree.parent, tree.start, tree.end, tree.self_ns
+    call_col, extras = tree.call, tree.extras
+    if lane_ids is None:
+        lanes_of: Iterable[int] = repeat(MAIN_LANE)
+    else:
+        # Several lanes: process in time order (a generator entered in one lane may be
+        # resumed in another); the sort is stable, so each lane keeps its own order.
+        order = sorted(range(len(kinds)), key=times.__getitem__)
+        kinds = bytearray(kinds[i] for i in order)
+        functions = [functions[i] for i in order]
+        calls = [calls[i] for i in order]
+        times = [times[i] for i in order]
+        lanes_of = [lane_ids[i] for i in order]
     lane_id = MAIN_LANE
-    lane = lanes[MAIN_LANE]
-    for i in order:
-        t = times[i]
+    stack, last, root = lane.stack, lane.last, lane.root
+    after_end = 0
+    columns = zip(times, kinds, functions, calls, lanes_of, strict=False)  # lanes_of may repeat
+    for t, kind, function, call, event_lane in columns:
         if t > end:
-            dropped_after_end += 1
+            after_end += 1
             continue
-        if lane_ids[i] != lane_id:
-            lane_id = lane_ids[i]
-            lane = lanes.get(lane_id) or _open_lane(lane_id, infos, lanes, trees, t)
-        stack = lane.stack
-        elapsed = t - lane.last
-        if elapsed > 0:
-            (stack[-1] if stack else lane.root).self_ns += elapsed
-            lane.last = t
-        kind = kinds[i]
-        call = calls[i]
+        if event_lane != lane_id:
+            lane.last = last
+            lane_id = event_lane
+            lane = repairs.lanes.get(lane_id) or repairs.open_lane(
+                lane_id, t, LaneKind.THREAD, f"lane {lane_id}"
+            )
+            stack, last, root = lane.stack, lane.last, lane.root
+        if t > last:
+            sf[stack[-1] if stack else root] += t - last
+            last = t
         if kind == ENTER:
-            parent = stack[-1] if stack else lane.root
-            node = Node(call, functions[i], parent, t)
-            parent.children.append(node)
-            nodes[call] = node
-            stack.append(node)
+            call_node[call] = len(fn)
+            call_col.append(call)
+            fn.append(function)
+            par.append(stack[-1] if stack else root)
+            st.append(t)
+            en.append(-1)
+            sf.append(0)
+            stack.append(len(fn) - 1)
             continue
-        node = nodes.get(call)
-        if kind in (EXIT, EXIT_EXCEPTION):
-            if node is None or node.closed:
-                problems[P.EXIT_WITHOUT_ENTER] += 1
-                continue
-            if node.function != functions[i]:
+        node = call_node.get(call, -1)
+        if kind == EXIT and stack and stack[-1] == node and node not in extras:
+            stack.pop()
+            en[node] = t
+            if fn[node] != function:
                 problems[P.EXIT_MISMATCH] += 1
-            if node.slice_start >= 0 and not _unwind_to(lane, node, t, problems):
-                _unwind_elsewhere(lanes, node, t, problems)
-            _close(node, t, Outcome.RETURN if kind == EXIT else Outcome.EXCEPTION)
-        elif kind == SUSPEND:
-            if node is None or node.closed or node.slice_start < 0:
-                problems[P.SUSPEND_WHILE_SUSPENDED] += 1
-                continue
-            if not _unwind_to(lane, node, t, problems):
-                _unwind_elsewhere(lanes, node, t, problems)
-            slice_ns = t - node.slice_start
-            node.active_ns += slice_ns
-            if slice_ns > node.max_slice_ns:
-                node.max_slice_ns = slice_ns
-            node.slice_start = -1
-            node.suspended_at = t
-            node.suspensions += 1
-        elif kind == RESUME:
-            if node is None or node.closed or node.suspended_at < 0:
-                problems[P.RESUME_WITHOUT_SUSPEND] += 1
-                continue
-            _end_wait(node, t)
-            node.slice_start = t
-            stack.append(node)
-        elif kind == READY and node is not None and node.suspended_at >= 0 and node.ready_at < 0:
-            node.ready_at = t
-
-    if dropped_after_end:
-        problems[P.EVENTS_AFTER_END] += dropped_after_end
-    _close_open(lanes, nodes, end, problems)
+        elif kind <= EXIT_EXCEPTION:
+            repairs.exit(lane, node, kind, function, t)
+        else:
+            repairs.suspension(lane, node, kind, t)
+    lane.last = last
+    if after_end:
+        problems[P.EVENTS_AFTER_END] += after_end
+    repairs.finish(end)
     truncated = truncated or problems[P.MISSING_EXIT] > missing_before
-    for lid, state in lanes.items():
-        root = state.root
-        root.end = end if lid == MAIN_LANE else max(state.last, root.start)
-        root.active_ns = root.end - root.start
-    for tree in trees.values():
-        if tree.parent_call is not None and tree.parent_call not in nodes:
-            tree.parent_call = None
-        if tree.parent_lane is not None and tree.parent_lane not in trees:
-            tree.parent_lane = MAIN_LANE
     return AssembledRequest(
         session_id=session_id,
         request_id=pending.request_id,
@@ -195,47 +295,5 @@ def assemble(
         end=end,
         truncated=truncated,
         events=pending.events,
-        lanes=list(trees.values()),
+        tree=tree,
     )
-
-
-def _open_lane(
-    lane_id: int,
-    infos: dict[int, LaneInfo],
-    lanes: dict[int, _Lane],
-    trees: dict[int, LaneTree],
-    first_event: int,
-) -> _Lane:
-    info = infos.get(lane_id) or LaneInfo(LaneKind.THREAD, f"lane {lane_id}", MAIN_LANE, None, None)
-    start = first_event if info.start_ns is None else min(info.start_ns, first_event)
-    root = Node(0, LANE_ROOT, None, start)
-    lane = lanes[lane_id] = _Lane(root)
-    trees[lane_id] = LaneTree(
-        lane_id, info.kind, info.name, root, info.parent_lane, info.parent_call
-    )
-    return lane
-
-
-def _unwind_elsewhere(lanes: dict[int, _Lane], node: Node, t: int, problems: Counter) -> None:
-    for other in lanes.values():
-        if _unwind_to(other, node, t, problems):
-            return
-
-
-def _close_open(
-    lanes: dict[int, _Lane], nodes: dict[int, Node], end: int, problems: Counter
-) -> None:
-    """Closes what is still open at the request's end, marked truncated."""
-    for lane_id, state in lanes.items():
-        stack = state.stack
-        # the main lane's root lasts until the request's end: the tail is its self time
-        if end > state.last and (stack or lane_id == MAIN_LANE):
-            (stack[-1] if stack else state.root).self_ns += end - state.last
-            state.last = end
-        while stack:
-            _close(stack.pop(), end, Outcome.TRUNCATED)
-            problems[P.MISSING_EXIT] += 1
-    for node in nodes.values():
-        if not node.closed:  # suspended generators/coroutines
-            _close(node, end, Outcome.TRUNCATED)
-            problems[P.MISSING_EXIT] += 1

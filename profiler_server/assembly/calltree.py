@@ -1,4 +1,5 @@
-"""Plain records for an assembled request: lanes of call nodes (the server's frame tree)."""
+"""An assembled request: its calls as columns in the order they were entered (all lanes),
+plus the lanes. Columns, not node objects: a request may hold a million calls."""
 
 from __future__ import annotations
 
@@ -6,50 +7,10 @@ from dataclasses import dataclass, field
 
 from profiler_core.model import LaneKind, Outcome
 
+LANE_ROOT = -1  # function of a lane's synthetic root node
 
-class Node:
-    """One call. Times are monotonic ns; `slice_start`/`suspended_at`/`ready_at` are build state."""
-
-    __slots__ = (
-        "active_ns",
-        "await_ns",
-        "call",
-        "children",
-        "end",
-        "function",
-        "max_slice_ns",
-        "outcome",
-        "parent",
-        "ready_at",
-        "ready_ns",
-        "self_ns",
-        "slice_start",
-        "start",
-        "suspended_at",
-        "suspensions",
-    )
-
-    def __init__(self, call: int, function: int, parent: Node | None, start: int) -> None:
-        self.call = call
-        self.function = function
-        self.parent = parent
-        self.children: list[Node] = []
-        self.start = start
-        self.end = -1
-        self.self_ns = 0
-        self.active_ns = 0
-        self.await_ns = 0
-        self.ready_ns = 0
-        self.max_slice_ns = 0
-        self.suspensions = 0
-        self.outcome = Outcome.RETURN
-        self.slice_start = start  # -1 while suspended
-        self.suspended_at = -1
-        self.ready_at = -1
-
-    @property
-    def closed(self) -> bool:
-        return self.end >= 0
+# Layout of CallTree.extras values (calls that suspended: generators, coroutines).
+ACTIVE, AWAIT, READY, MAX_SLICE, SUSPENSIONS, SLICE_START, SUSPENDED_AT, READY_AT = range(8)
 
 
 @dataclass
@@ -57,9 +18,30 @@ class LaneTree:
     lane_id: int
     kind: LaneKind
     name: str
-    root: Node  # synthetic node for the lane itself (function -1)
+    root: int  # node index of the lane's synthetic root
     parent_lane: int | None = None
-    parent_call: int | None = None  # call id of the spawning node
+    parent_node: int | None = None  # node index of the spawning call
+
+
+@dataclass
+class CallTree:
+    call: list[int] = field(default_factory=list)  # the host's call id; 0 for lane roots
+    function: list[int] = field(default_factory=list)  # session function id or LANE_ROOT
+    parent: list[int] = field(default_factory=list)  # node index; -1 for lane roots
+    start: list[int] = field(default_factory=list)  # monotonic ns
+    end: list[int] = field(default_factory=list)
+    self_ns: list[int] = field(default_factory=list)
+    # Sparse columns: only calls that suspended, or did not simply return.
+    extras: dict[int, list[int]] = field(default_factory=dict)
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    lanes: list[LaneTree] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.function)
+
+    def active_ns(self, node: int) -> int:
+        extra = self.extras.get(node)
+        return self.end[node] - self.start[node] if extra is None else extra[ACTIVE]
 
 
 @dataclass
@@ -73,9 +55,13 @@ class AssembledRequest:
     end: int
     truncated: bool
     events: int
-    lanes: list[LaneTree] = field(default_factory=list)
+    tree: CallTree
 
     @property
     def key(self) -> str:
         """Globally unique id: the host session's UUID plus the host's request number."""
         return f"{self.session_id}-{self.request_id}"
+
+    @property
+    def calls(self) -> int:
+        return len(self.tree) - len(self.tree.lanes)

@@ -14,7 +14,7 @@ from profiler_core.model import LaneKind, function_name
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.columns import MalformedEvents, Run, read_runs
 from profiler_server.assembly import problems as P
-from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.flatten import StackInterner, stable_id
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
 
 RECENTLY_FINISHED = 100_000  # request ids remembered to recognise late events
@@ -100,6 +100,7 @@ class Session:
         self.hello = hello
         self.max_request_events = max_request_events
         self.functions: dict[int, tuple[int, str]] = {}
+        self.interner = StackInterner(self.functions.get)
         self.pending: dict[int, PendingRequest] = {}
         self.finished: OrderedDict[int, None] = OrderedDict()
         self.seqs = SeqTracker()

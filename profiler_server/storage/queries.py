@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
@@ -57,7 +56,7 @@ def get_request(engine: Engine, request_id: str) -> tuple[dict, tree_pb2.StoredT
         row = conn.execute(query).mappings().first()
     if row is None:
         return None
-    tree = tree_pb2.StoredTree.FromString(zlib.decompress(row["tree"]))
+    tree = tree_pb2.StoredTree.FromString(row["tree"])
     return {k: v for k, v in row.items() if k != "tree"}, tree
 
 

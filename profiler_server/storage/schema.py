@@ -101,7 +101,7 @@ request_trees = Table(
     "request_trees",
     metadata,
     Column("request_id", String(64), primary_key=True),
-    Column("tree", LargeBinary, nullable=False),  # zlib(StoredTree)
+    Column("tree", LargeBinary, nullable=False),  # StoredTree
 )
 
 request_functions = Table(

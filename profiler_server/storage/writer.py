@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -28,7 +27,7 @@ KNOWN_IDS_LIMIT = 1_000_000
 @dataclass
 class StoredRequest:
     row: dict
-    tree: bytes  # serialized StoredTree, compressed here
+    tree: bytes  # serialized StoredTree
     functions: dict[int, list[int]]
     stacks: list[tuple[int, str, int, int]]  # stack id, signature, self ns, calls
 
@@ -152,7 +151,7 @@ class Writer:
             return stored
         conn.execute(
             schema.request_trees.insert(),
-            [{"request_id": s.id, "tree": zlib.compress(s.tree, 1)} for s in stored],
+            [{"request_id": s.id, "tree": s.tree} for s in stored],
         )
         function_rows = [
             {
