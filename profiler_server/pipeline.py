@@ -145,17 +145,21 @@ class Pipeline:
                         break
                     items.append(nxt)
             self.health.backlog.set(self.queue.qsize())
-            try:
-                self._process(items)
-            except Exception:  # the worker must survive anything
-                log.exception("ingest worker: unexpected error")
+            self._process(items)
             if stop:
                 return
 
     # --- one group ---------------------------------------------------------------------------
     def _process(self, items: list[Inbound]) -> None:
-        now = self.clock()
         group = _Group()
+        try:
+            self._process_group(items, group)
+        except Exception:  # the worker must survive anything; its state may not
+            log.exception("ingest worker: unexpected error, dropping the affected sessions")
+            self._forget(group, "profiling server error", [item.stream for item in items])
+
+    def _process_group(self, items: list[Inbound], group: _Group) -> None:
+        now = self.clock()
         problems: Counter = Counter()
         for item in items:
             if item.hello is not None:
@@ -190,20 +194,16 @@ class Pipeline:
                 stored = self.writer.write(group.ws)
             except Exception as exc:
                 log.error("storage write failed, dropping affected sessions: %s", exc)
-                self._forget(group, f"profiling server storage failed: {type(exc).__name__}")
+                reason = f"profiling server storage failed: {type(exc).__name__}"
+                self._forget(group, reason, [])
                 return
             finally:
                 self.health.write_seconds.observe(time.perf_counter() - started)
         self.profiles.record(stored, self.names)
         for item in stored:
-            self.health.requests_stored.labels(item.row["service"]).inc()
-            if item.row["truncated"]:
-                self.health.requests_truncated.labels(item.row["service"]).inc()
+            self.health.count_stored(item.row["service"], item.row["truncated"])
         for service, req_drops, event_drops in group.drops:
-            for reason, n in req_drops.items():
-                self.health.host_dropped_requests.labels(service, reason).inc(n)
-            for reason, n in event_drops.items():
-                self.health.host_dropped_events.labels(service, reason).inc(n)
+            self.health.count_host_drops(service, req_drops, event_drops)
         self.health.count_problems(problems)
         self.health.open_requests.set(sum(len(s.pending) for s in self.sessions.values()))
         for stream, ack in group.acks.values():
@@ -214,14 +214,17 @@ class Pipeline:
         for stream in group.closes:
             stream.send(None)
 
-    def _forget(self, group: _Group, reason: str) -> None:
-        """After a failed write, in-memory state may claim what the database lacks: drop it.
+    def _forget(self, group: _Group, reason: str, streams: list[Stream]) -> None:
+        """After a failure, in-memory state may claim what the database lacks: drop it.
         The hosts reconnect and resend every unacked batch; state is rebuilt from the database."""
+        affected = {id(s): s for s in streams}
+        affected.update((id(s), s) for s, _ in group.acks.values())
         for sid in list(group.sessions):
             session = self.sessions.pop(sid, None)
             if session is not None and session.stream is not None:
-                session.stream.abort(grpc.StatusCode.UNAVAILABLE, reason)
-        for stream, _ in group.acks.values():
+                affected[id(session.stream)] = session.stream
+        for stream in affected.values():
+            self.streams.pop(id(stream), None)
             stream.abort(grpc.StatusCode.UNAVAILABLE, reason)
 
     # --- messages ----------------------------------------------------------------------------

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
+from tests.helpers import metric_value
 
 
 def test_streamed_requests_are_stored_and_readable(server) -> None:  # type: ignore[no-untyped-def]
@@ -39,3 +41,27 @@ def test_grpc_health_service_reports_serving(server) -> None:  # type: ignore[no
         for name in ("", "request_profiler.v1.Ingest"):
             answer = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_host_drop_reports_are_counted_with_bounded_reasons(server) -> None:  # type: ignore[no-untyped-def]
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    builder = BatchBuilder()
+    reasons = {f"reason-{i}-" + "x" * 100: 1 for i in range(40)}
+    builder.drops({"buffer_full": 3, **reasons}, {"event_cap": 7})
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1})
+    stream.close()
+    text = server.get("/metrics").text
+    samples = [
+        s
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "profiler_host_dropped_requests_total"
+    ]
+    by_reason = {s.labels["reason"]: s.value for s in samples}
+    assert by_reason["buffer_full"] == 3
+    assert len(by_reason) == 33 and by_reason["(other)"] == 40 + 1 - 32
+    assert all(len(r.encode()) <= 64 for r in by_reason)
+    events = metric_value(server.http, "profiler_host_dropped_events_total", reason="event_cap")
+    assert events == 7

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from profiler_core.model import EventKind
-from profiler_core.stacks import ELISION, MAX_LABEL_CHARS, SEPARATOR, label_value
+from profiler_core.stacks import ELISION, MAX_LABEL_BYTES, SEPARATOR, label_value
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
-from profiler_server.metrics.profiles import OTHER, ProfileMetrics, TopK, stack_label
+from profiler_server.metrics.profiles import OTHER, ProfileMetrics, TopK
 from profiler_server.storage.retention import delete_expired
 from profiler_server.storage.writer import StoredRequest
 
@@ -174,16 +174,16 @@ def test_label_value_keeps_short_signatures() -> None:
     sig = "app.views:index;app.db:query"
     assert label_value(sig) == sig
     exact = ";".join(["m:" + "f" * 100] * 19) + ";" + "m:" + "g" * (2048 - 19 * 103 - 2)
-    assert len(exact) == MAX_LABEL_CHARS
+    assert len(exact) == MAX_LABEL_BYTES
     assert label_value(exact) == exact
 
 
 def test_label_value_elides_the_middle_of_deep_stacks() -> None:
     frames = [f"app.mod{i:02d}:" + f"fn{i:02d}_".ljust(100, "x") for i in range(40)]
     sig = SEPARATOR.join(frames)
-    assert len(sig) > 2 * MAX_LABEL_CHARS
+    assert len(sig) > 2 * MAX_LABEL_BYTES
     value = label_value(sig)
-    assert len(value) <= MAX_LABEL_CHARS
+    assert len(value) <= MAX_LABEL_BYTES
     parts = value.split(SEPARATOR)
     cut = parts.index(ELISION)
     head, tail = parts[:cut], parts[cut + 1 :]
@@ -199,13 +199,13 @@ def test_label_value_is_bounded_for_every_length() -> None:
     for depth in range(1, 60):
         for width in (1, 7, 50, 101, 700, 3000):
             sig = SEPARATOR.join(f"m{i}:" + "q" * width for i in range(depth))
-            for limit in (64, 1000, MAX_LABEL_CHARS):
+            for limit in (64, 1000, MAX_LABEL_BYTES):
                 value = label_value(sig, limit)
                 assert len(value) <= limit, (depth, width, limit)
                 assert value == sig or ELISION in value
     leaf = "m:" + "z" * 5000  # one frame longer than the limit: its end is kept
     value = label_value(leaf)
-    assert len(value) <= MAX_LABEL_CHARS and value.endswith("z" * 100)
+    assert len(value) <= MAX_LABEL_BYTES and value.endswith("z" * 100)
 
 
 def test_stack_labels_are_bounded_in_utf8_bytes() -> None:
@@ -213,16 +213,14 @@ def test_stack_labels_are_bounded_in_utf8_bytes() -> None:
     frames = [f"модуль:функция_{i:02d}_" + "я" * 90 for i in range(40)]
     for depth in (10, 19, 40):
         sig = SEPARATOR.join(frames[:depth])
-        assert len(sig) > 1024 and len(sig.encode()) > MAX_LABEL_CHARS
-        value = stack_label(sig)
-        assert len(value.encode()) <= MAX_LABEL_CHARS
+        assert len(sig) > 1024 and len(sig.encode()) > MAX_LABEL_BYTES
+        value = label_value(sig)
+        assert len(value.encode()) <= MAX_LABEL_BYTES
         assert value.startswith(frames[0]) and value.endswith(frames[depth - 1])
-    # the character-based limit alone would let these through
-    assert len(label_value(SEPARATOR.join(frames[:10])).encode()) > MAX_LABEL_CHARS
     long_leaf = "m:" + "ж" * 3000
-    assert len(stack_label(long_leaf).encode()) <= MAX_LABEL_CHARS
+    assert len(label_value(long_leaf).encode()) <= MAX_LABEL_BYTES
     ascii_leaf = "m:" + "z" * 3000  # ELISION is 3 bytes
-    assert len(stack_label(ascii_leaf).encode()) <= MAX_LABEL_CHARS
+    assert len(label_value(ascii_leaf).encode()) <= MAX_LABEL_BYTES
 
 
 def test_top_k_fills_every_place_and_membership_is_sticky() -> None:
@@ -286,7 +284,7 @@ def test_route_service_and_function_labels_are_bounded() -> None:
     assert {"service", "route", "stack", "function"} <= values.keys()
     for s in samples:
         for value in s.labels.values():
-            assert len(value.encode()) <= MAX_LABEL_CHARS, (s.name, value[:40])
+            assert len(value.encode()) <= MAX_LABEL_BYTES, (s.name, value[:40])
     assert values["route"].startswith("/rrrr") and values["route"].endswith(ELISION)
     assert values["service"].startswith("sßß") and values["function"].startswith("m:фф")
     total = sum(s.value for s in samples if s.name == STACK_SELF)
@@ -532,7 +530,7 @@ def test_label_values_are_bounded(server) -> None:  # type: ignore[no-untyped-de
         (s.name, k, len(v.encode()))
         for s in scrape.samples
         for k, v in s.labels.items()
-        if len(v.encode()) > MAX_LABEL_CHARS
+        if len(v.encode()) > MAX_LABEL_BYTES
     ]
     assert too_long == []
     series = scrape.by("stack", STACK_SELF, service="deep")
@@ -540,12 +538,12 @@ def test_label_values_are_bounded(server) -> None:  # type: ignore[no-untyped-de
     deepest = [s for s in series if s.startswith(root) and s.endswith(ascii_names[depth])]
     assert len(deepest) == 1
     assert SEPARATOR + ELISION + SEPARATOR in deepest[0]
-    assert len(deepest[0]) > MAX_LABEL_CHARS // 2  # elided, not emptied
+    assert len(deepest[0]) > MAX_LABEL_BYTES // 2  # elided, not emptied
     deep_cyrillic = [s for s in series if s.endswith(cyrillic[100 + depth])]
     assert len(deep_cyrillic) == 1 and deep_cyrillic[0].startswith(cyrillic[101])
     # the API keeps whole signatures; sums over the bounded labels are still the totals
     stored = flamegraph(server, service="deep")
-    assert max(len(stack) for stack in stored) > 2 * MAX_LABEL_CHARS
+    assert max(len(stack) for stack in stored) > 2 * MAX_LABEL_BYTES
     assert sum(series.values()) == approx(sum(v[0] for v in stored.values()) * NS)
     assert scrape.total(STACK_CALLS, service="deep") == depth + 23 + depth
     host.close()

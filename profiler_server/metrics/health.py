@@ -6,9 +6,16 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from profiler_core.stacks import cap_label
+
+MAX_REASONS = 32  # distinct host drop reasons exported; the rest are "(other)"
+MAX_REASON_BYTES = 64
+OTHER = "(other)"
+
 
 class ServerHealth:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._reasons: dict[str, set[str]] = {"requests": set(), "events": set()}
         self.events = Counter(
             "profiler_ingest_events", "Events received from hosts.", registry=registry
         )
@@ -73,6 +80,30 @@ class ServerHealth:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=registry,
         )
+
+    def count_stored(self, service: str, truncated: bool) -> None:
+        self.requests_stored.labels(cap_label(service)).inc()
+        if truncated:
+            self.requests_truncated.labels(cap_label(service)).inc()
+
+    def count_host_drops(
+        self, service: str, requests: Mapping[str, int], events: Mapping[str, int]
+    ) -> None:
+        """Drop counts as hosts report them; their reason labels are capped in number and size."""
+        service = cap_label(service)
+        for reason, n in requests.items():
+            self.host_dropped_requests.labels(service, self._reason("requests", reason)).inc(n)
+        for reason, n in events.items():
+            self.host_dropped_events.labels(service, self._reason("events", reason)).inc(n)
+
+    def _reason(self, kind: str, reason: str) -> str:
+        reason = cap_label(reason, MAX_REASON_BYTES)
+        known = self._reasons[kind]
+        if reason not in known:
+            if len(known) >= MAX_REASONS:
+                return OTHER
+            known.add(reason)
+        return reason
 
     def count_problems(self, problems: Mapping[str, int]) -> None:
         for reason, count in problems.items():

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from profiler_core.stacks import ELISION, MAX_LABEL_CHARS, label_value
+from profiler_core.stacks import cap_label, label_value
 from profiler_server.assembly.flatten import (
     ACTIVE,
     AWAIT,
@@ -72,33 +72,6 @@ class TopK:
         self.candidates.clear()
 
 
-def _cap(text: str, limit: int = MAX_LABEL_CHARS) -> str:
-    """A label value of at most `limit` UTF-8 bytes: Prometheus' `label_value_length_limit`
-    and Mimir/Grafana Cloud count bytes, and one longer value fails the whole scrape."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[: limit - len(ELISION.encode())].decode(errors="ignore") + ELISION
-
-
-def stack_label(signature: str, limit: int = MAX_LABEL_CHARS) -> str:
-    """label_value() (middle frames elided) bounded in UTF-8 bytes, not only in characters:
-    for non-ASCII names, the longest character budget whose value fits (binary search)."""
-    value = label_value(signature, limit)
-    if len(value.encode()) <= limit:
-        return value
-    best = _cap(value, limit)
-    low, high = 2, min(len(value), limit) - 1
-    while low <= high:  # about log2(limit) steps
-        middle = (low + high) // 2
-        candidate = label_value(signature, middle)
-        if len(candidate.encode()) <= limit:
-            best, low = candidate, middle + 1
-        else:
-            high = middle - 1
-    return best
-
-
 def _merge(series: dict, key: tuple, values: list[int], maxima: tuple[int, ...] = ()) -> None:
     agg = series.get(key)
     if agg is None:
@@ -138,8 +111,8 @@ class ProfileMetrics(Collector):
         """Adds stored requests; `names` maps function ids to `module:qualname`."""
         with self._lock:
             for item in stored:
-                service = _cap(item.row["service"])
-                route = self._route(service, _cap(item.row["route"]))
+                service = cap_label(item.row["service"])
+                route = self._route(service, cap_label(item.row["route"]))
                 self.durations.labels(service, route).observe(item.row["duration_ns"] * NS)
                 self._add_stacks(service, route, item.stacks)
                 self._add_functions(service, item.functions, names)
@@ -159,7 +132,7 @@ class ProfileMetrics(Collector):
         if found is None:
             if len(self._labels) > 100_000:
                 self._labels.clear()
-            found = self._labels[signature] = stack_label(signature)
+            found = self._labels[signature] = label_value(signature)
         return found
 
     def _add_stacks(
@@ -184,7 +157,7 @@ class ProfileMetrics(Collector):
         if members is None:
             members = self._function_members[service] = TopK(self.max_functions)
         for fid, t in totals.items():
-            name = _cap(names.get(fid, f"(function {fid})"))
+            name = cap_label(names.get(fid, f"(function {fid})"))
             admitted = members.admit(name, t[SELF])
             if admitted is None:
                 _merge(self._pending_functions, (service, name), t, FUNCTION_MAXIMA)
