@@ -149,19 +149,22 @@ class IngestService:
     async def _until_draining(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         iterator = aiter(requests)
         drain = asyncio.ensure_future(self.draining.wait())
+        nxt: asyncio.Future | None = None
         try:
             while True:
                 nxt = asyncio.ensure_future(anext(iterator))
                 done, _ = await asyncio.wait({nxt, drain}, return_when=asyncio.FIRST_COMPLETED)
                 if nxt not in done:
-                    nxt.cancel()
                     return
                 try:
-                    yield nxt.result()
+                    message = nxt.result()
                 except StopAsyncIteration:
                     return
+                yield message
         finally:
             drain.cancel()
+            if nxt is not None and not nxt.done():
+                nxt.cancel()  # else it fails later (stream aborted) with nobody to see it
 
     async def _submit(self, item: Inbound) -> None:
         # A full queue means storage is behind: wait, which stops reading this stream and
