@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -19,6 +20,18 @@ def path_for(name: str, suffix: str) -> Path:
     return RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
 
 
+def _code_version() -> dict:
+    """The commit measured, and whether server code had uncommitted changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=RESULTS.parent.parent, capture_output=True, text=True
+        ).stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "profiler_server", "profiler_core")
+    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(changed)}
+
+
 def save(name: str, data: dict, path: Path | None = None) -> Path:
     """Writes the figures with enough context (machine, Python, command) to compare runs."""
     path = path or path_for(name, ".json")
@@ -26,6 +39,7 @@ def save(name: str, data: dict, path: Path | None = None) -> Path:
         "benchmark": name,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": sys.argv,
+        "code": _code_version(),
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

@@ -76,7 +76,7 @@ class ProfilingServer:
             access_log=False,
         )
         self._http = uvicorn.Server(config)
-        self._http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._http.install_signal_handlers = lambda: None  # our run() owns the signals
         self._http_task = asyncio.create_task(self._http.serve())
         deadline = time.monotonic() + 10
         while not self._http.started:

@@ -30,7 +30,7 @@ def _pg_available() -> bool:
 
 
 @pytest.fixture(scope="session")
-def pg_admin():  # type: ignore[no-untyped-def]
+def pg_admin():
     if not _pg_available():
         pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432 (./dev test starts it)")
     engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -39,7 +39,7 @@ def pg_admin():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def pg_url(pg_admin) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def pg_url(pg_admin) -> Iterator[str]:
     """A fresh, empty PostgreSQL database."""
     name = f"profiler_test_{uuid.uuid4().hex[:12]}"
     with pg_admin.connect() as conn:
@@ -50,7 +50,7 @@ def pg_url(pg_admin) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path) -> str:  # type: ignore[no-untyped-def]
+def db_url(request, tmp_path) -> str:
     """A fresh, empty database on each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'profiler.db'}"
@@ -71,10 +71,10 @@ class RunningServer:
     def http(self) -> str:
         return f"http://127.0.0.1:{self.server.http_port}"
 
-    def get(self, path: str, **params) -> httpx.Response:  # type: ignore[no-untyped-def]
+    def get(self, path: str, **params) -> httpx.Response:
         return httpx.get(self.http + path, params=params, timeout=30)
 
-    def call(self, fn) -> None:  # type: ignore[no-untyped-def]
+    def call(self, fn) -> None:
         """Runs a coroutine function on the server's event loop and waits for it."""
         asyncio.run_coroutine_threadsafe(fn(), self.loop).result(60)
 
@@ -99,7 +99,7 @@ def start_server() -> Iterator:  # type: ignore[type-arg]
     """Starts real servers (gRPC + HTTP on loopback, ports chosen by the OS)."""
     running: list[RunningServer] = []
 
-    def start(db: str, **overrides) -> RunningServer:  # type: ignore[no-untyped-def]
+    def start(db: str, **overrides) -> RunningServer:
         settings = replace(TEST_SETTINGS, db=db, **overrides)
         server = ProfilingServer(settings)
         loop = asyncio.new_event_loop()
@@ -116,5 +116,5 @@ def start_server() -> Iterator:  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def server(db_url, start_server) -> RunningServer:  # type: ignore[no-untyped-def]
+def server(db_url, start_server) -> RunningServer:
     return start_server(db_url)

@@ -45,7 +45,7 @@ def handler_request(builder: BatchBuilder, rid: int, route: str, t0: int, slow_m
     builder.end(rid, t0 + (11 + 2 * slow_ms) * MS, 200)
 
 
-def load(server, service: str = "shop") -> None:  # type: ignore[no-untyped-def]
+def load(server, service: str = "shop") -> None:
     builder = BatchBuilder()
     for fid, name in enumerate(["handler", "load", "query", "render"], start=1):
         builder.function(fid, "shop.views", name, "views.py", fid * 10)
@@ -59,7 +59,7 @@ def load(server, service: str = "shop") -> None:  # type: ignore[no-untyped-def]
     stream.close()
 
 
-def test_request_list_filters_and_orders(server) -> None:  # type: ignore[no-untyped-def]
+def test_request_list_filters_and_orders(server) -> None:
     load(server)
     listed = stored_requests(server.http)
     assert [r["duration_ms"] for r in listed] == [51.0, 21.0, 13.0]  # slowest first
@@ -76,14 +76,14 @@ def test_request_list_filters_and_orders(server) -> None:  # type: ignore[no-unt
     assert stored_requests(server.http, until="1970-01-02T00:00:00Z") == []
 
 
-def test_slowest_requests_that_called_a_function(server) -> None:  # type: ignore[no-untyped-def]
+def test_slowest_requests_that_called_a_function(server) -> None:
     load(server)
     found = stored_requests(server.http, function="shop.views:query", limit="2")
     assert [r["duration_ms"] for r in found] == [51.0, 21.0]
     assert stored_requests(server.http, function="shop.views:missing") == []
 
 
-def test_one_request_has_its_whole_tree(server) -> None:  # type: ignore[no-untyped-def]
+def test_one_request_has_its_whole_tree(server) -> None:
     load(server)
     slowest = stored_requests(server.http)[0]
     body = httpx.get(f"{server.http}/api/requests/{slowest['id']}").json()
@@ -105,7 +105,7 @@ def test_one_request_has_its_whole_tree(server) -> None:  # type: ignore[no-unty
     assert query["outcome"] == "return"
 
 
-def test_flamegraph_and_functions_aggregate_the_range(server) -> None:  # type: ignore[no-untyped-def]
+def test_flamegraph_and_functions_aggregate_the_range(server) -> None:
     load(server)
     folded = httpx.get(f"{server.http}/api/flamegraph", params={"format": "folded"}).text
     lines = dict(line.rsplit(" ", 1) for line in folded.splitlines())
@@ -124,7 +124,7 @@ def test_flamegraph_and_functions_aggregate_the_range(server) -> None:  # type: 
     assert handler["total_ns"] == (12 + 20 + 50) * MS
 
 
-def test_bad_parameters_get_clear_errors(server) -> None:  # type: ignore[no-untyped-def]
+def test_bad_parameters_get_clear_errors(server) -> None:
     for params in ({"since": "yesterday"}, {"min_duration_ms": "x"}, {"order": "size"}):
         response = httpx.get(f"{server.http}/api/requests", params=params)
         assert response.status_code == 400

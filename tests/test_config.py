@@ -9,7 +9,7 @@ from profiler_server import cli
 from profiler_server.settings import DEFAULTS, OPTIONS
 
 
-def test_defaults_match_the_documented_contract(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_defaults_match_the_documented_contract(monkeypatch) -> None:
     for option in OPTIONS:
         monkeypatch.delenv(option.env, raising=False)
     settings = cli.parse([])
@@ -18,7 +18,7 @@ def test_defaults_match_the_documented_contract(monkeypatch) -> None:  # type: i
     assert settings.db == "sqlite:///profiler.db" and settings.retention == 7 * 86400
 
 
-def test_flags_win_over_env_and_env_over_defaults(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_flags_win_over_env_and_env_over_defaults(monkeypatch) -> None:
     monkeypatch.setenv("PROFILER_TOP_K", "50")
     monkeypatch.setenv("PROFILER_RETENTION", "12h")
     settings = cli.parse(["--top-k", "7"])
@@ -26,7 +26,7 @@ def test_flags_win_over_env_and_env_over_defaults(monkeypatch) -> None:  # type:
     assert settings.retention == 12 * 3600
 
 
-def test_bad_values_say_where_they_came_from(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bad_values_say_where_they_came_from(monkeypatch) -> None:
     monkeypatch.setenv("PROFILER_RETENTION", "forever")
     with pytest.raises(SystemExit, match="PROFILER_RETENTION"):
         cli.parse([])

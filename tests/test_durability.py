@@ -45,7 +45,7 @@ def assert_whole(http: str) -> None:
     assert count_nodes(tree["lanes"][0]["root"]) == SHAPE.calls + 1
 
 
-def test_resent_batch_is_stored_once(server) -> None:  # type: ignore[no-untyped-def]
+def test_resent_batch_is_stored_once(server) -> None:
     session = uuid.uuid4()
     builder = BatchBuilder()
     synthetic_batch(builder, SHAPE, range(1, 6))
@@ -65,7 +65,7 @@ def test_resent_batch_is_stored_once(server) -> None:  # type: ignore[no-untyped
     assert metric_value(server.http, "profiler_requests_stored_total") == 5
 
 
-def test_unfinished_request_survives_a_server_restart(start_server, db_url) -> None:  # type: ignore[no-untyped-def]
+def test_unfinished_request_survives_a_server_restart(start_server, db_url) -> None:
     session = uuid.uuid4()
     first, second = split_request(1)
     server = start_server(db_url)
@@ -83,7 +83,7 @@ def test_unfinished_request_survives_a_server_restart(start_server, db_url) -> N
     assert_whole(restarted.http)
 
 
-def test_host_moves_to_another_server_mid_request(start_server, pg_url) -> None:  # type: ignore[no-untyped-def]
+def test_host_moves_to_another_server_mid_request(start_server, pg_url) -> None:
     """Several servers share one PostgreSQL; a host may reconnect to any of them."""
     session = uuid.uuid4()
     first, second = split_request(7)
@@ -102,7 +102,7 @@ def test_host_moves_to_another_server_mid_request(start_server, pg_url) -> None:
     assert len(stored_requests(one.http, route="/split")) == 1
 
 
-def test_crashed_server_is_recovered_from_the_database(tmp_path, db_url) -> None:  # type: ignore[no-untyped-def]
+def test_crashed_server_is_recovered_from_the_database(tmp_path, db_url) -> None:
     session = uuid.uuid4()
     first, second = split_request(3)
     log = tmp_path / "server.log"
@@ -126,7 +126,7 @@ def test_crashed_server_is_recovered_from_the_database(tmp_path, db_url) -> None
         server.stop()
 
 
-def test_orphaned_session_is_stored_truncated_by_the_next_server(tmp_path, db_url) -> None:  # type: ignore[no-untyped-def]
+def test_orphaned_session_is_stored_truncated_by_the_next_server(tmp_path, db_url) -> None:
     first, _ = split_request(5)
     log = tmp_path / "server.log"
     crashed = ServerProcess(db_url, log, "--stream-timeout", "1s")
@@ -148,7 +148,7 @@ def test_orphaned_session_is_stored_truncated_by_the_next_server(tmp_path, db_ur
         server.stop()
 
 
-def test_sigterm_drains_acks_and_exits_zero(tmp_path, db_url) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_drains_acks_and_exits_zero(tmp_path, db_url) -> None:
     server = ServerProcess(db_url, tmp_path / "server.log")
     try:
         stream = open_session(server.target, uuid.uuid4())

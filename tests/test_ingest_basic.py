@@ -11,7 +11,7 @@ from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batc
 from tests.helpers import metric_value
 
 
-def test_streamed_requests_are_stored_and_readable(server) -> None:  # type: ignore[no-untyped-def]
+def test_streamed_requests_are_stored_and_readable(server) -> None:
     shape = CallShape(calls=50, depth=5, functions=10)
     stream = HostStream(server.target)
     stream.send_hello(hello("shop"))
@@ -35,7 +35,7 @@ def test_streamed_requests_are_stored_and_readable(server) -> None:  # type: ign
     stream.close()
 
 
-def test_grpc_health_service_reports_serving(server) -> None:  # type: ignore[no-untyped-def]
+def test_grpc_health_service_reports_serving(server) -> None:
     with grpc.insecure_channel(server.target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         for name in ("", "request_profiler.v1.Ingest"):
@@ -43,7 +43,7 @@ def test_grpc_health_service_reports_serving(server) -> None:  # type: ignore[no
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_host_drop_reports_are_counted_with_bounded_reasons(server) -> None:  # type: ignore[no-untyped-def]
+def test_host_drop_reports_are_counted_with_bounded_reasons(server) -> None:
     stream = HostStream(server.target)
     stream.send_hello(hello("shop"))
     builder = BatchBuilder()

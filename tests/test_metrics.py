@@ -47,7 +47,7 @@ def eventually(probe: Callable[[], Any], timeout: float = 15.0) -> Any:
 class Scrape:
     """One GET /metrics, parsed by prometheus_client's parser."""
 
-    def __init__(self, server) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, server) -> None:
         response = server.get("/metrics")
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/plain")
@@ -85,7 +85,7 @@ class Scrape:
 class Host:
     """One host session over a real gRPC stream; each send waits for its ack (stored)."""
 
-    def __init__(self, server, service: str) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, server, service: str) -> None:
         self.stream = HostStream(server.target)
         self.hello = hello(service)
         self.stream.send_hello(self.hello)
@@ -147,16 +147,16 @@ def chain_request(builder: BatchBuilder, rid: int, route: str, chain: list[int])
     builder.end(rid, times[-1] + 1_000, 200)
 
 
-def flamegraph(server, **params: str) -> dict[str, tuple[int, int]]:  # type: ignore[no-untyped-def]
+def flamegraph(server, **params: str) -> dict[str, tuple[int, int]]:
     body = server.get("/api/flamegraph", format="json", **params).json()
     return {s["stack"]: (s["self_ns"], s["calls"]) for s in body["stacks"]}
 
 
-def stored_requests(server, **params: str) -> list[dict]:  # type: ignore[no-untyped-def]
+def stored_requests(server, **params: str) -> list[dict]:
     return server.get("/api/requests", limit="1000", **params).json()["requests"]
 
 
-def tree_totals(server, request_id: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+def tree_totals(server, request_id: str) -> tuple[int, int]:
     """(self ns, calls) over a stored request's call tree, lane roots left out."""
     body = server.get(f"/api/requests/{request_id}").json()
     self_ns = calls = 0
@@ -255,7 +255,7 @@ def test_profile_collector_describes_without_collecting() -> None:
     calls: list[str] = []
 
     class Spy(ProfileMetrics):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self):
             calls.append("collect")
             return super().collect()
 
@@ -292,7 +292,7 @@ def test_route_service_and_function_labels_are_bounded() -> None:
 
 
 # --- end to end --------------------------------------------------------------------------------
-def test_metrics_are_the_stored_totals(server) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_are_the_stored_totals(server) -> None:
     shape = CallShape(calls=60, depth=6, functions=12)
     host = Host(server, "shop")
     builder = BatchBuilder()
@@ -366,7 +366,7 @@ def test_metrics_are_the_stored_totals(server) -> None:  # type: ignore[no-untyp
     host.close()
 
 
-def test_health_metrics_move(server) -> None:  # type: ignore[no-untyped-def]
+def test_health_metrics_move(server) -> None:
     before = Scrape(server)
     assert before.total("profiler_ingest_open_streams") == 0
     assert before.total("profiler_ingest_events_total") == 0
@@ -414,7 +414,7 @@ def test_health_metrics_move(server) -> None:  # type: ignore[no-untyped-def]
     assert closed, "open streams gauge did not go back to 0"
 
 
-def test_top_k_bounds_stack_series_with_sticky_membership(start_server, db_url) -> None:  # type: ignore[no-untyped-def]
+def test_top_k_bounds_stack_series_with_sticky_membership(start_server, db_url) -> None:
     server = start_server(db_url, top_k=3)
     names = {i: f"app.views:handler_{chr(96 + i)}" for i in range(1, 10)}  # a .. i
     weight = {1: 60_000, 2: 50_000, 3: 40_000, 4: 30_000, 5: 20_000, 6: 10_000}
@@ -465,7 +465,7 @@ def test_top_k_bounds_stack_series_with_sticky_membership(start_server, db_url) 
     billing.close()
 
 
-def test_counters_never_decrease_even_when_retention_deletes_rows(server) -> None:  # type: ignore[no-untyped-def]
+def test_counters_never_decrease_even_when_retention_deletes_rows(server) -> None:
     shape = CallShape(calls=40, depth=5, functions=8)
     host = Host(server, "shop")
     builder = BatchBuilder()
@@ -513,7 +513,7 @@ def test_counters_never_decrease_even_when_retention_deletes_rows(server) -> Non
     host.close()
 
 
-def test_label_values_are_bounded(server) -> None:  # type: ignore[no-untyped-def]
+def test_label_values_are_bounded(server) -> None:
     depth = 40
     ascii_names = {i: f"deep.mod:{'f' * 95}_{i:03d}" for i in range(1, depth + 1)}  # 100 chars
     cyrillic = {100 + i: f"модуль:функция_{i:02d}_" + "я" * 80 for i in range(1, depth + 1)}

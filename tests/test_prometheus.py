@@ -43,7 +43,7 @@ def deep_request(builder: BatchBuilder, rid: int) -> None:
     builder.end(rid, exits[-1] + ms, 200)
 
 
-def stored(server) -> tuple[dict[str, float], int, dict[str, int], int]:  # type: ignore[no-untyped-def]
+def stored(server) -> tuple[dict[str, float], int, dict[str, int], int]:
     """What the server stored: self seconds per route, calls, calls per function, requests."""
     per_route: dict[str, float] = {}
     calls = 0
@@ -58,7 +58,7 @@ def stored(server) -> tuple[dict[str, float], int, dict[str, int], int]:  # type
     return per_route, calls, functions, requests
 
 
-def wipe(server) -> None:  # type: ignore[no-untyped-def]
+def wipe(server) -> None:
     """Retention with a cutoff a year ahead: every stored row goes."""
     for _ in range(100):
         n = delete_expired(
@@ -71,7 +71,7 @@ def wipe(server) -> None:  # type: ignore[no-untyped-def]
     assert server.get("/api/requests").json()["requests"] == []
 
 
-def test_prometheus_sums_are_the_stored_totals(start_server, db_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_prometheus_sums_are_the_stored_totals(start_server, db_url, tmp_path) -> None:
     server = start_server(db_url, top_k=TOP_K)
     shape = CallShape(calls=50, depth=6, functions=12)
     stream = HostStream(server.target)

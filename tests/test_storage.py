@@ -18,7 +18,7 @@ from tests.processes import ServerProcess
 HOUR_NS = 3600 * 10**9
 
 
-def test_schema_is_created_then_left_alone(db_url) -> None:  # type: ignore[no-untyped-def]
+def test_schema_is_created_then_left_alone(db_url) -> None:
     engine = open_engine(db_url)
     try:
         assert migrations.upgrade(engine) == 0
@@ -31,7 +31,7 @@ def test_schema_is_created_then_left_alone(db_url) -> None:  # type: ignore[no-u
         engine.dispose()
 
 
-def test_newer_schema_is_refused_with_a_clear_error(db_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_newer_schema_is_refused_with_a_clear_error(db_url, tmp_path) -> None:
     engine = open_engine(db_url)
     migrations.upgrade(engine)
     with engine.begin() as conn:
@@ -45,7 +45,7 @@ def test_newer_schema_is_refused_with_a_clear_error(db_url, tmp_path) -> None:  
     assert "newer than this server" in log.read_text()
 
 
-def send(server, wall_offset_ns: int, ids: range) -> None:  # type: ignore[no-untyped-def]
+def send(server, wall_offset_ns: int, ids: range) -> None:
     """Requests from a host whose clock pair places them `wall_offset_ns` in the past."""
     message = hello("shop", uuid.uuid4())
     message.wall_ns -= wall_offset_ns
@@ -58,7 +58,7 @@ def send(server, wall_offset_ns: int, ids: range) -> None:  # type: ignore[no-un
     stream.close()
 
 
-def test_retention_deletes_old_requests_in_the_background(start_server, db_url) -> None:  # type: ignore[no-untyped-def]
+def test_retention_deletes_old_requests_in_the_background(start_server, db_url) -> None:
     server = start_server(db_url, retention=60.0)
     send(server, 2 * HOUR_NS, range(1, 4))
     send(server, 0, range(1, 3))

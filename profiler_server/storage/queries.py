@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import ColumnElement, Engine, Table, func, select
 
 from profiler_core.wire import tree_pb2
 from profiler_server.assembly.flatten import stable_id
@@ -60,7 +60,9 @@ def get_request(engine: Engine, request_id: str) -> tuple[dict, tree_pb2.StoredT
     return {k: v for k, v in row.items() if k != "tree"}, tree
 
 
-def _bucket_conditions(table, service, route, since_ns, until_ns) -> list:  # type: ignore[no-untyped-def]
+def _bucket_conditions(
+    table: Table, service: str | None, route: str | None, since_ns: int | None, until_ns: int | None
+) -> list[ColumnElement[bool]]:
     conditions = []
     if service:
         conditions.append(table.c.service == service)

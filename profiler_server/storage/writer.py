@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, func, update
+from sqlalchemy import ColumnElement, Connection, Engine, Table, and_, bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from profiler_server.assembly.flatten import (
@@ -64,12 +65,12 @@ class WriteSet:
         )
 
 
-def _insert(conn: Connection, table: Table):  # type: ignore[no-untyped-def]
+def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     return dialect.insert(table)
 
 
-def _greatest(conn: Connection, a, b):  # type: ignore[no-untyped-def]
+def _greatest(conn: Connection, a: ColumnElement, b: ColumnElement) -> ColumnElement:
     return func.greatest(a, b) if conn.dialect.name == "postgresql" else func.max(a, b)
 
 
@@ -269,7 +270,7 @@ class Writer:
         )
 
     @staticmethod
-    def _remember(known: set[int], ids) -> None:  # type: ignore[no-untyped-def]
+    def _remember(known: set[int], ids: Iterable[int]) -> None:
         if len(known) > KNOWN_IDS_LIMIT:
             known.clear()
         known.update(ids)
