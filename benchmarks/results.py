@@ -32,6 +32,16 @@ def _code_version() -> dict:
     return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(changed)}
 
 
+def _loop_ns() -> float:
+    """ns per iteration of a plain Python loop, now, on this process's core: this VM's speed
+    drifts by up to 2x over minutes, so figures from different runs need this to compare."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(1_000_000):
+        total += i
+    return round((time.perf_counter() - started) * 1000, 1)
+
+
 def save(name: str, data: dict, path: Path | None = None) -> Path:
     """Writes the figures with enough context (machine, Python, command) to compare runs."""
     path = path or path_for(name, ".json")
@@ -45,6 +55,7 @@ def save(name: str, data: dict, path: Path | None = None) -> Path:
             "python": platform.python_version(),
             "platform": platform.platform(),
             "load_average_1_5_15m": os.getloadavg(),
+            "python_loop_ns": _loop_ns(),
         },
         **data,
     }

@@ -1,0 +1,95 @@
+"""`python -m benchmarks [ingest|stages|memory|queries|all] [options]` (`./dev bench ...`).
+
+This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
+threads inherit it) and starts the server pinned to core 0."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from benchmarks import ingest, memory, queries, stages
+from benchmarks.server import CLIENT_CORE
+
+DBS = ("sqlite", "postgresql")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Benchmarks for the profiling server; results also go to benchmarks/results/.",
+    )
+    sub = parser.add_subparsers(dest="benchmark")
+
+    def load_options(p: argparse.ArgumentParser, seconds: float) -> None:
+        p.add_argument("--db", choices=DBS, default="sqlite")
+        p.add_argument("--seconds", type=float, default=seconds, help="sending time")
+        p.add_argument("--streams", type=int, default=4, help="parallel host sessions")
+        p.add_argument("--window", type=int, default=8, help="unacked batches per stream")
+        p.add_argument(
+            "--batches", type=int, default=100, help="prebuilt batches per session (20k events)"
+        )
+
+    p = sub.add_parser("ingest", help="events/s acked end to end (optionally under cProfile)")
+    load_options(p, 30.0)
+    p.add_argument("--profile", action="store_true", help="run the server under cProfile")
+    p = sub.add_parser("stages", help="ingest time per stage, in-process, without a profiler")
+    p.add_argument("--db", choices=DBS, default="sqlite")
+    p.add_argument("--batches", type=int, default=40, help="batches of 20k events")
+    p.add_argument("--group", type=int, default=8, help="batches per storage transaction")
+    p = sub.add_parser("memory", help="server RSS over a sustained ingest")
+    load_options(p, 300.0)
+    p.add_argument("--warmup", type=float, default=20.0, help="seconds before the start RSS")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples")
+    p = sub.add_parser("queries", help="API latency: one 10k-call request, flame graph of 100k")
+    p.add_argument("--db", choices=DBS, default="sqlite")
+    p.add_argument("--requests", type=int, default=100_000, help="stored small requests")
+    sub.add_parser("all", help="everything with default options (about 15 minutes)")
+    return parser
+
+
+ALL = (
+    ["ingest", "--db", "sqlite"],
+    ["ingest", "--db", "postgresql"],
+    ["ingest", "--db", "sqlite", "--seconds", "20", "--profile"],
+    ["stages", "--db", "sqlite"],
+    ["stages", "--db", "postgresql"],
+    ["queries", "--db", "sqlite"],
+    ["memory", "--db", "sqlite"],
+)
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.benchmark == "ingest":
+        ingest.run(args.db, args.seconds, args.streams, args.window, args.batches, args.profile)
+    elif args.benchmark == "stages":
+        stages.run(args.db, args.batches, args.group)
+    elif args.benchmark == "memory":
+        memory.run(
+            args.db,
+            args.seconds,
+            args.streams,
+            args.window,
+            args.batches,
+            args.warmup,
+            args.interval,
+        )
+    elif args.benchmark == "queries":
+        queries.run(args.db, args.requests)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if CLIENT_CORE in os.sched_getaffinity(0):
+        os.sched_setaffinity(0, {CLIENT_CORE})
+    if args.benchmark in (None, "all"):
+        for one in ALL:
+            print(f"\n=== python -m benchmarks {' '.join(one)}")
+            _run(parser.parse_args(one))
+    else:
+        _run(args)
+
+
+if __name__ == "__main__":
+    main()
