@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
+from operator import add
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -77,8 +78,10 @@ def _merge(series: dict, key: tuple, values: list[int], maxima: tuple[int, ...] 
     if agg is None:
         series[key] = list(values)
         return
-    for i, v in enumerate(values):
-        agg[i] = max(agg[i], v) if i in maxima else agg[i] + v
+    highs = [max(agg[i], values[i]) for i in maxima]
+    agg[:] = map(add, agg, values)
+    for i, high in zip(maxima, highs, strict=True):
+        agg[i] = high
 
 
 class ProfileMetrics(Collector):
@@ -98,6 +101,7 @@ class ProfileMetrics(Collector):
         self._pending_functions: dict[tuple[str, str], list[int]] = {}
         self._routes: dict[str, set[str]] = {}
         self._labels: dict[str, str] = {}
+        self._function_labels: dict[int, str] = {}
         self.durations = Histogram(
             "profiler_request_duration_seconds",
             "Duration of sampled requests.",
@@ -135,6 +139,15 @@ class ProfileMetrics(Collector):
             found = self._labels[signature] = label_value(signature)
         return found
 
+    def _function_label(self, fid: int, names: dict[int, str]) -> str:
+        found = self._function_labels.get(fid)
+        if found is None:
+            if len(self._function_labels) > 100_000:
+                self._function_labels.clear()
+            found = cap_label(names.get(fid, f"(function {fid})"))
+            self._function_labels[fid] = found
+        return found
+
     def _add_stacks(
         self, service: str, route: str, stacks: list[tuple[int, str, int, int]]
     ) -> None:
@@ -157,7 +170,7 @@ class ProfileMetrics(Collector):
         if members is None:
             members = self._function_members[service] = TopK(self.max_functions)
         for fid, t in totals.items():
-            name = cap_label(names.get(fid, f"(function {fid})"))
+            name = self._function_label(fid, names)
             admitted = members.admit(name, t[SELF])
             if admitted is None:
                 _merge(self._pending_functions, (service, name), t, FUNCTION_MAXIMA)
