@@ -50,22 +50,26 @@ class _Lane:
 
 def _columns(
     pending: PendingRequest,
-) -> tuple[bytearray, list[int], list[int], list[int], list[int] | None]:
+) -> tuple[bytes | bytearray, list[int], list[int], list[int], list[int] | None]:
     """The request's events as flat columns in seq order; lane per event unless all are main."""
+    runs = [run for _, run in sorted(pending.runs, key=itemgetter(0))]
+    only_main = all(run.lane_id == MAIN_LANE for run in runs)
+    if len(runs) == 1 and only_main:  # the common case: nothing to copy
+        run = runs[0]
+        return run.kinds, run.functions, run.calls, run.times, None
     kinds = bytearray()
     functions: list[int] = []
     calls: list[int] = []
     times: list[int] = []
-    runs = sorted(pending.runs, key=itemgetter(0))
-    for _, run in runs:
+    for run in runs:
         kinds += run.kinds
         functions += run.functions
         calls += run.calls
         times += run.times
-    if all(run.lane_id == MAIN_LANE for _, run in runs):
+    if only_main:
         return kinds, functions, calls, times, None
     lanes: list[int] = []
-    for _, run in runs:
+    for run in runs:
         lanes += [run.lane_id] * len(run.kinds)
     return kinds, functions, calls, times, lanes
 
