@@ -31,7 +31,11 @@ class ServerProcess:
         ]  # fmt: skip
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=out, env=os.environ.copy())
-        self._wait_healthy()
+        try:
+            self._wait_healthy()
+        except RuntimeError:
+            self.stop()  # never leave a server behind
+            raise
 
     @property
     def target(self) -> str:
