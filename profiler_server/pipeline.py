@@ -35,6 +35,7 @@ from profiler_server.storage.writer import StoredRequest, Writer, WriteSet
 log = logging.getLogger(__name__)
 
 GROUP_MAX = 256  # messages per storage transaction
+GROUP_MAX_EVENTS = 100_000  # events per storage transaction: bounds its time, so the ack lag
 HEARTBEAT_EVERY = 10.0
 REAP_EVERY = 30.0
 RETENTION_EVERY = 60.0
@@ -56,6 +57,10 @@ class Inbound:
     raw: bytes = b""
     closed: bool = False
     received: float = field(default_factory=time.monotonic)
+
+
+def _events(item: Inbound) -> int:
+    return len(item.batch.events.kind) if item.batch is not None else 0
 
 
 @dataclass
@@ -135,7 +140,8 @@ class Pipeline:
             stop = first is None
             if first:
                 items.append(first)
-                while len(items) < GROUP_MAX:
+                events = _events(first)
+                while len(items) < GROUP_MAX and events < GROUP_MAX_EVENTS:
                     try:
                         nxt = self.queue.get_nowait()
                     except queue.Empty:
@@ -144,6 +150,7 @@ class Pipeline:
                         stop = True
                         break
                     items.append(nxt)
+                    events += _events(nxt)
             self.health.backlog.set(self.queue.qsize())
             self._process(items)
             if stop:

@@ -46,11 +46,14 @@ def test_grpc_health_service_reports_serving(server) -> None:
 def test_host_drop_reports_are_counted_with_bounded_reasons(server) -> None:
     stream = HostStream(server.target)
     stream.send_hello(hello("shop"))
-    builder = BatchBuilder()
-    reasons = {f"reason-{i}-" + "x" * 100: 1 for i in range(40)}
-    builder.drops({"buffer_full": 3, **reasons}, {"event_cap": 7})
-    stream.send_batch(builder.build(1))
+    first = BatchBuilder()
+    first.drops({"buffer_full": 3}, {"event_cap": 7})
+    stream.send_batch(first.build(1))
     assert stream.wait_acked({1})
+    then = BatchBuilder()  # 40 more reasons: only 31 more get a series of their own
+    then.drops({f"reason-{i}-" + "x" * 100: 1 for i in range(40)}, {})
+    stream.send_batch(then.build(2))
+    assert stream.wait_acked({2})
     stream.close()
     text = server.get("/metrics").text
     samples = [

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
+from itertools import chain
+from operator import itemgetter
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, and_, bindparam, func, update
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from profiler_server.assembly.flatten import (
@@ -70,8 +72,189 @@ def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert
     return dialect.insert(table)
 
 
-def _greatest(conn: Connection, a: ColumnElement, b: ColumnElement) -> ColumnElement:
-    return func.greatest(a, b) if conn.dialect.name == "postgresql" else func.max(a, b)
+# --- bulk rows -------------------------------------------------------------------------------
+# A group's requests bring ~45 rows each (request, tree, functions, bucket aggregates). They go
+# to the driver as plain tuples, a statement or two per table: SQLAlchemy's per-row parameter
+# processing would cost more than the database does. One strategy per backend, each with
+#   insert(conn, table, columns, rows)
+#   insert_new(...) -> keys: INSERT ... ON CONFLICT DO NOTHING; the (first) key of rows inserted
+#   upsert(..., greatest): INSERT ... ON CONFLICT (primary key) DO UPDATE, adding up the other
+#       columns except the `greatest` ones, which keep the larger value.
+
+_Columns = tuple[str, ...]
+
+_TREE_COLUMNS = ("request_id", "tree")
+_REQUEST_FUNCTION_COLUMNS = (
+    "request_id",
+    "function_id",
+    "start_ns",
+    "duration_ns",
+    "calls",
+    "total_ns",
+    "self_ns",
+    "active_ns",
+    "max_ns",
+)
+_REQUEST_FUNCTION_TOTALS = itemgetter(CALLS, TOTAL, SELF, ACTIVE, MAX)
+_STACK_BUCKET_COLUMNS = ("minute", "service", "route", "stack_id", "self_ns", "calls")
+_FUNCTION_BUCKET_COLUMNS = (
+    "minute",
+    "service",
+    "route",
+    "function_id",
+    "calls",
+    "total_ns",
+    "self_ns",
+    "active_ns",
+    "await_ns",
+    "ready_ns",
+    "max_ns",
+    "max_slice_ns",
+)
+_FUNCTION_BUCKET_TOTALS = itemgetter(CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE)
+
+
+@cache
+def _on_conflict_update(table: Table, columns: _Columns, greatest: _Columns, function: str) -> str:
+    key = [c.name for c in table.primary_key.columns]
+    updates = []
+    for name in columns:
+        if name in key:
+            continue
+        old, new = f"{table.name}.{name}", f"excluded.{name}"
+        value = f"{function}({old}, {new})" if name in greatest else f"{old} + {new}"
+        updates.append(f"{name} = {value}")
+    return f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {', '.join(updates)}"
+
+
+@cache
+def _values(table: Table, columns: _Columns, rows: int = 1) -> str:
+    row = f"({', '.join('?' * len(columns))})"
+    return f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES {', '.join([row] * rows)}"
+
+
+class _SQLite:
+    """executemany on sqlite3; it drops RETURNING rows, so insert_new uses multi-row VALUES."""
+
+    VARIABLES = 999  # the lowest SQLITE_MAX_VARIABLE_NUMBER a build can have
+
+    def insert(self, conn: Connection, table: Table, columns: _Columns, rows: list[tuple]) -> None:
+        conn.exec_driver_sql(_values(table, columns), rows)
+
+    def insert_new(
+        self, conn: Connection, table: Table, columns: _Columns, rows: list[tuple]
+    ) -> set:
+        key = table.primary_key.columns[0].name
+        per = self.VARIABLES // len(columns)
+        inserted = set()
+        for first in range(0, len(rows), per):
+            chunk = rows[first : first + per]
+            sql = f"{_values(table, columns, len(chunk))} ON CONFLICT DO NOTHING RETURNING {key}"
+            inserted.update(r[0] for r in conn.exec_driver_sql(sql, tuple(chain(*chunk))))
+        return inserted
+
+    def upsert(
+        self,
+        conn: Connection,
+        table: Table,
+        columns: _Columns,
+        rows: list[tuple],
+        greatest: _Columns = (),
+    ) -> None:
+        sql = f"{_values(table, columns)} {_on_conflict_update(table, columns, greatest, 'max')}"
+        conn.exec_driver_sql(sql, rows)
+
+
+@cache
+def _pg_types(table: Table, columns: _Columns) -> list[str]:
+    # Unbounded (VARCHAR, not VARCHAR(64)): a too-long value fails as in a plain INSERT.
+    dialect = postgresql.dialect()
+    return [table.c[name].type.compile(dialect=dialect).split("(")[0] for name in columns]
+
+
+@cache
+def _unnest(table: Table, columns: _Columns) -> str:
+    arrays = ", ".join(f"%b::{t}[]" for t in _pg_types(table, columns))  # %b: binary format
+    return f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+
+
+class _PostgreSQL:
+    """Binary COPY for inserts; otherwise one INSERT ... SELECT FROM unnest(an array per
+    column), which keeps the arrays' order: upserts lock rows in the order given."""
+
+    def insert(self, conn: Connection, table: Table, columns: _Columns, rows: list[tuple]) -> None:
+        cursor = conn.connection.driver_connection.cursor()
+        sql = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
+        with cursor, cursor.copy(sql) as copy:
+            copy.set_types([t.lower() for t in _pg_types(table, columns)])
+            for row in rows:
+                copy.write_row(row)
+
+    def insert_new(
+        self, conn: Connection, table: Table, columns: _Columns, rows: list[tuple]
+    ) -> set:
+        key = table.primary_key.columns[0].name
+        sql = f"{_unnest(table, columns)} ON CONFLICT DO NOTHING RETURNING {key}"
+        return {r[0] for r in conn.exec_driver_sql(sql, _arrays(rows))}
+
+    def upsert(
+        self,
+        conn: Connection,
+        table: Table,
+        columns: _Columns,
+        rows: list[tuple],
+        greatest: _Columns = (),
+    ) -> None:
+        conflict = _on_conflict_update(table, columns, greatest, "greatest")
+        conn.exec_driver_sql(f"{_unnest(table, columns)} {conflict}", _arrays(rows))
+
+
+def _arrays(rows: list[tuple]) -> tuple[list, ...]:
+    return tuple(map(list, zip(*rows, strict=True)))
+
+
+_BULK: dict[str, _SQLite | _PostgreSQL] = {"sqlite": _SQLite(), "postgresql": _PostgreSQL()}
+
+
+def _buckets(stored: list[StoredRequest]) -> tuple[list[tuple], list[tuple], dict[int, str]]:
+    """The requests summed per (minute, service, route): stack_buckets and function_buckets
+    rows, sorted so that servers sharing a PostgreSQL lock bucket rows in the same order; and
+    the signature of every stack seen."""
+    per_key: dict[tuple, tuple[dict[int, list[int]], dict[int, list[int]]]] = {}
+    signatures: dict[int, str] = {}
+    for s in stored:
+        key = (s.minute, s.row["service"], s.row["route"])
+        stacks, functions = per_key.setdefault(key, ({}, {}))
+        for stack_id, signature, self_ns, calls in s.stacks:
+            agg = stacks.get(stack_id)
+            if agg is None:
+                stacks[stack_id] = [self_ns, calls]
+                signatures[stack_id] = signature
+            else:
+                agg[0] += self_ns
+                agg[1] += calls
+        for fid, t in s.functions.items():
+            agg = functions.get(fid)
+            if agg is None:
+                functions[fid] = t.copy()
+                continue
+            agg[CALLS] += t[CALLS]
+            agg[TOTAL] += t[TOTAL]
+            agg[SELF] += t[SELF]
+            agg[ACTIVE] += t[ACTIVE]
+            agg[AWAIT] += t[AWAIT]
+            agg[READY] += t[READY]
+            if t[MAX] > agg[MAX]:
+                agg[MAX] = t[MAX]
+            if t[MAX_SLICE] > agg[MAX_SLICE]:
+                agg[MAX_SLICE] = t[MAX_SLICE]
+    stack_rows, function_rows = [], []
+    for key, (stacks, functions) in sorted(per_key.items()):
+        stack_rows.extend((*key, sid, *v) for sid, v in sorted(stacks.items()))
+        function_rows.extend(
+            (*key, fid, *_FUNCTION_BUCKET_TOTALS(v)) for fid, v in sorted(functions.items())
+        )
+    return stack_rows, function_rows, signatures
 
 
 class Writer:
@@ -141,133 +324,45 @@ class Writer:
     def _insert_requests(self, conn: Connection, items: list[StoredRequest]) -> list[StoredRequest]:
         # A request stored before (resent batch, another server) is skipped as a whole,
         # aggregates included: RETURNING tells which rows were really inserted.
-        stmt = (
-            _insert(conn, schema.requests)
-            .on_conflict_do_nothing()
-            .returning(schema.requests.c.id, sort_by_parameter_order=True)
-        )
-        inserted_ids = {row[0] for row in conn.execute(stmt, [item.row for item in items])}
-        stored = [item for item in items if item.id in inserted_ids]
+        bulk = _BULK[conn.dialect.name]
+        columns = tuple(items[0].row)  # the rows' keys, as SQLAlchemy would take them
+        row = itemgetter(*columns)
+        inserted = bulk.insert_new(conn, schema.requests, columns, [row(i.row) for i in items])
+        stored = [item for item in items if item.id in inserted]
         if not stored:
             return stored
-        conn.execute(
-            schema.request_trees.insert(),
-            [{"request_id": s.id, "tree": s.tree} for s in stored],
-        )
-        function_rows = [
-            {
-                "request_id": s.id,
-                "function_id": fid,
-                "start_ns": s.row["start_ns"],
-                "duration_ns": s.row["duration_ns"],
-                "calls": t[CALLS],
-                "total_ns": t[TOTAL],
-                "self_ns": t[SELF],
-                "active_ns": t[ACTIVE],
-                "max_ns": t[MAX],
-            }
-            for s in stored
-            for fid, t in s.functions.items()
-        ]
+        bulk.insert(conn, schema.request_trees, _TREE_COLUMNS, [(s.id, s.tree) for s in stored])
+        function_rows = []
+        for s in stored:
+            rid, start, duration = s.id, s.row["start_ns"], s.row["duration_ns"]
+            function_rows.extend(
+                (rid, fid, start, duration, *_REQUEST_FUNCTION_TOTALS(t))
+                for fid, t in s.functions.items()
+            )
         if function_rows:
-            conn.execute(schema.request_functions.insert(), function_rows)
-        self._insert_stacks(conn, stored)
-        self._add_buckets(conn, stored)
+            bulk.insert(conn, schema.request_functions, _REQUEST_FUNCTION_COLUMNS, function_rows)
+        stack_rows, function_bucket_rows, signatures = _buckets(stored)
+        self._insert_stacks(conn, signatures)
+        if stack_rows:
+            bulk.upsert(conn, schema.stack_buckets, _STACK_BUCKET_COLUMNS, stack_rows)
+        if function_bucket_rows:
+            bulk.upsert(
+                conn,
+                schema.function_buckets,
+                _FUNCTION_BUCKET_COLUMNS,
+                function_bucket_rows,
+                greatest=("max_ns", "max_slice_ns"),
+            )
         return stored
 
-    def _insert_stacks(self, conn: Connection, stored: list[StoredRequest]) -> None:
-        new: dict[int, str] = {}
-        for s in stored:
-            for stack_id, sig, _, _ in s.stacks:
-                if stack_id not in self._known_stacks:
-                    new[stack_id] = sig
+    def _insert_stacks(self, conn: Connection, signatures: dict[int, str]) -> None:
+        new = {k: v for k, v in signatures.items() if k not in self._known_stacks}
         if new:
             conn.execute(
                 _insert(conn, schema.stacks).on_conflict_do_nothing(),
                 [{"id": k, "signature": v} for k, v in sorted(new.items())],
             )
             self._remember(self._known_stacks, new)
-
-    def _add_buckets(self, conn: Connection, stored: list[StoredRequest]) -> None:
-        stacks: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
-        functions: dict[tuple, list[int]] = defaultdict(lambda: [0] * 8)
-        for s in stored:
-            key = (s.minute, s.row["service"], s.row["route"])
-            for stack_id, _, self_ns, calls in s.stacks:
-                agg = stacks[(*key, stack_id)]
-                agg[0] += self_ns
-                agg[1] += calls
-            for fid, t in s.functions.items():
-                agg = functions[(*key, fid)]
-                for i in (CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY):
-                    agg[i] += t[i]
-                agg[MAX] = max(agg[MAX], t[MAX])
-                agg[MAX_SLICE] = max(agg[MAX_SLICE], t[MAX_SLICE])
-        # Sorted keys: servers sharing a PostgreSQL lock bucket rows in the same order.
-        if stacks:
-            self._upsert_stack_buckets(conn, stacks)
-        if functions:
-            self._upsert_function_buckets(conn, functions)
-
-    def _upsert_stack_buckets(self, conn: Connection, stacks: dict[tuple, list[int]]) -> None:
-        table = schema.stack_buckets
-        stmt = _insert(conn, table)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[table.c.minute, table.c.service, table.c.route, table.c.stack_id],
-                set_={
-                    "self_ns": table.c.self_ns + stmt.excluded.self_ns,
-                    "calls": table.c.calls + stmt.excluded.calls,
-                },
-            ),
-            [
-                {
-                    "minute": k[0],
-                    "service": k[1],
-                    "route": k[2],
-                    "stack_id": k[3],
-                    "self_ns": v[0],
-                    "calls": v[1],
-                }
-                for k, v in sorted(stacks.items())
-            ],
-        )
-
-    def _upsert_function_buckets(self, conn: Connection, functions: dict[tuple, list[int]]) -> None:
-        table = schema.function_buckets
-        stmt = _insert(conn, table)
-        summed = ("calls", "total_ns", "self_ns", "active_ns", "await_ns", "ready_ns")
-        set_ = {name: table.c[name] + stmt.excluded[name] for name in summed}
-        for name in ("max_ns", "max_slice_ns"):
-            set_[name] = _greatest(conn, table.c[name], stmt.excluded[name])
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[
-                    table.c.minute,
-                    table.c.service,
-                    table.c.route,
-                    table.c.function_id,
-                ],
-                set_=set_,
-            ),
-            [
-                {
-                    "minute": k[0],
-                    "service": k[1],
-                    "route": k[2],
-                    "function_id": k[3],
-                    "calls": v[CALLS],
-                    "total_ns": v[TOTAL],
-                    "self_ns": v[SELF],
-                    "active_ns": v[ACTIVE],
-                    "await_ns": v[AWAIT],
-                    "ready_ns": v[READY],
-                    "max_ns": v[MAX],
-                    "max_slice_ns": v[MAX_SLICE],
-                }
-                for k, v in sorted(functions.items())
-            ],
-        )
 
     @staticmethod
     def _remember(known: set[int], ids: Iterable[int]) -> None:
