@@ -3,13 +3,17 @@ function tables, and clear errors for bad parameters."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import httpx
 
 from profiler_core.model import EventKind
+from profiler_core.wire import tree_pb2
 from profiler_core.wire.builder import BatchBuilder
+from profiler_server.api import views
+from profiler_server.api.http import FastJSONResponse
 from profiler_server.loadgen import HostStream, hello
 from tests.helpers import stored_requests
 
@@ -133,3 +137,73 @@ def test_bad_parameters_get_clear_errors(server) -> None:
     assert missing.status_code == 404 and missing.json() == {"error": "no such request"}
     assert httpx.get(f"{server.http}/api/flamegraph", params={"format": "x"}).status_code == 400
     assert httpx.get(f"{server.http}/healthz").text == "ok\n"
+
+
+def test_stored_columns_become_the_documented_tree_shape() -> None:
+    """Two lanes (the task hangs under the handler that spawned it), a coroutine that
+    suspended and raised: every field of DESIGN.md's node shape, exactly."""
+    main = tree_pb2.StoredLane(id="0", kind=0, name="GET /x", root=0, parent_lane=-1)
+    task = tree_pb2.StoredLane(id="1", kind=1, name="worker", root=2, parent_lane=0)
+    main.parent_node, task.parent_node = -1, 1
+    tree = tree_pb2.StoredTree(
+        functions=["GET /x", "shop:handler", "worker", "shop:job"],
+        lanes=[main, task],
+        parent=[-1, 0, -1, 2],
+        function=[0, 1, 2, 3],
+        start_delta_ns=[0, 5, 15, 5],
+        duration_ns=[100, 90, 30, 20],
+        self_ns=[10, 60, 10, 20],
+        suspended_node=[3],
+        active_ns=[8],
+        await_ns=[10],
+        ready_ns=[2],
+        max_slice_ns=[5],
+        suspensions=[2],
+        outcome_node=[3],
+        outcome=bytes([1]),
+    )
+
+    def node(i: int, function: str, start: int, end: int, self_ns: int, *children, **extra):
+        return {
+            "id": i,
+            "function": function,
+            "start_ns": start,
+            "end_ns": end,
+            "self_ns": self_ns,
+            "active_ns": end - start,
+            "await_ns": 0,
+            "ready_ns": 0,
+            "max_slice_ns": end - start,
+            "suspensions": 0,
+            "outcome": "return",
+            "children": list(children),
+        } | extra
+
+    job = node(
+        3, "shop:job", 25, 45, 20,
+        active_ns=8, await_ns=10, ready_ns=2, max_slice_ns=5, suspensions=2, outcome="exception",
+    )  # fmt: skip
+    expected = [
+        {
+            "id": "0",
+            "kind": "main",
+            "name": "GET /x",
+            "parent_lane": None,
+            "parent_node": None,
+            "root": node(0, "GET /x", 0, 100, 10, node(1, "shop:handler", 5, 95, 60)),
+        },
+        {
+            "id": "1",
+            "kind": "task",
+            "name": "worker",
+            "parent_lane": "0",
+            "parent_node": 1,
+            "root": node(2, "worker", 20, 50, 10, job),
+        },
+    ]
+    assert views.lanes(tree) == expected
+    body = {"lanes": expected, "duration_ms": 0.1, "note": "é", "status": None}
+    encoded = FastJSONResponse(body).body
+    assert encoded == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    huge = {"total_ns": 2**70}  # beyond orjson's 64 bits: the stdlib encodes it
+    assert json.loads(FastJSONResponse(huge).body) == huge

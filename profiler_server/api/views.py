@@ -35,40 +35,57 @@ def summary(row: dict) -> dict:
 
 
 def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
-    """Nests the stored columns into each lane's node dicts."""
+    """Nests the stored columns into each lane's node dicts.
+
+    The hot path of `GET /api/requests/{id}` (10,000 nodes and more, ~1 µs each): one pass
+    zips the columns into node dicts, sparse columns patch the few nodes they name, and one
+    more pass hangs each node under its parent."""
     names = tree.functions
-    function, parent = tree.function, tree.parent
-    start = list(accumulate(tree.start_delta_ns))
-    duration, self_ns = tree.duration_ns, tree.self_ns
+    function_names = [names[f] for f in tree.function]
     nodes = [
         {
             "id": i,
-            "function": names[function[i]],
-            "start_ns": start[i],
-            "end_ns": start[i] + duration[i],
-            "self_ns": self_ns[i],
-            "active_ns": duration[i],
+            "function": name,
+            "start_ns": start,
+            "end_ns": start + d,
+            "self_ns": self_ns,
+            "active_ns": d,
             "await_ns": 0,
             "ready_ns": 0,
-            "max_slice_ns": duration[i],
+            "max_slice_ns": d,
             "suspensions": 0,
             "outcome": "return",
             "children": [],
         }
-        for i in range(len(function))
+        for i, name, start, d, self_ns in zip(
+            range(len(function_names)),
+            function_names,
+            accumulate(tree.start_delta_ns),
+            tree.duration_ns,
+            tree.self_ns,
+            strict=True,
+        )
     ]
-    for k, i in enumerate(tree.suspended_node):
+    for i, active, await_ns, ready, max_slice, suspensions in zip(
+        tree.suspended_node,
+        tree.active_ns,
+        tree.await_ns,
+        tree.ready_ns,
+        tree.max_slice_ns,
+        tree.suspensions,
+        strict=True,
+    ):
         node = nodes[i]
-        node["active_ns"] = tree.active_ns[k]
-        node["await_ns"] = tree.await_ns[k]
-        node["ready_ns"] = tree.ready_ns[k]
-        node["max_slice_ns"] = tree.max_slice_ns[k]
-        node["suspensions"] = tree.suspensions[k]
+        node["active_ns"] = active
+        node["await_ns"] = await_ns
+        node["ready_ns"] = ready
+        node["max_slice_ns"] = max_slice
+        node["suspensions"] = suspensions
     for i, outcome in zip(tree.outcome_node, tree.outcome, strict=True):
         nodes[i]["outcome"] = _OUTCOMES.get(outcome, "truncated")
-    for i, p in enumerate(parent):
+    for node, p in zip(nodes, tree.parent, strict=True):
         if p >= 0:
-            nodes[p]["children"].append(nodes[i])
+            nodes[p]["children"].append(node)
     return [
         {
             "id": lane.id,
