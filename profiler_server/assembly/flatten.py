@@ -121,18 +121,24 @@ def _function_totals(stacks: dict[int, list[int]], interner: StackInterner) -> d
         out = functions.get(gid)
         if out is None:
             out = functions[gid] = [0, 0, 0, 0, 0, 0, 0, 0]
-        out[CALLS] += agg[CALLS]
-        if interner.outermost[s]:  # recursion: only the outermost call counts in TOTAL
-            out[TOTAL] += agg[TOTAL]
-        out[SELF] += agg[SELF]
-        out[ACTIVE] += agg[ACTIVE]
-        out[AWAIT] += agg[AWAIT]
-        out[READY] += agg[READY]
-        if agg[MAX] > out[MAX]:
-            out[MAX] = agg[MAX]
-        if agg[MAX_SLICE] > out[MAX_SLICE]:
-            out[MAX_SLICE] = agg[MAX_SLICE]
+        # recursion: only the outermost calls count in TOTAL
+        add_totals(out, agg, with_total=interner.outermost[s])
     return functions
+
+
+def add_totals(into: list[int], more: list[int], with_total: bool = True) -> None:
+    """Adds one totals list (layout above) into another: sums, and the larger maxima."""
+    into[CALLS] += more[CALLS]
+    if with_total:
+        into[TOTAL] += more[TOTAL]
+    into[SELF] += more[SELF]
+    into[ACTIVE] += more[ACTIVE]
+    into[AWAIT] += more[AWAIT]
+    into[READY] += more[READY]
+    if more[MAX] > into[MAX]:
+        into[MAX] = more[MAX]
+    if more[MAX_SLICE] > into[MAX_SLICE]:
+        into[MAX_SLICE] = more[MAX_SLICE]
 
 
 def _stored_tree(request: AssembledRequest, interner: StackInterner) -> tree_pb2.StoredTree:

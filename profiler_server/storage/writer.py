@@ -21,6 +21,7 @@ from profiler_server.assembly.flatten import (
     READY,
     SELF,
     TOTAL,
+    add_totals,
 )
 from profiler_server.storage import schema
 
@@ -83,34 +84,12 @@ def _insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert
 
 _Columns = tuple[str, ...]
 
-_TREE_COLUMNS = ("request_id", "tree")
-_REQUEST_FUNCTION_COLUMNS = (
-    "request_id",
-    "function_id",
-    "start_ns",
-    "duration_ns",
-    "calls",
-    "total_ns",
-    "self_ns",
-    "active_ns",
-    "max_ns",
-)
+# Bulk rows are tuples in the tables' own column order.
+_TREE_COLUMNS = tuple(schema.request_trees.c.keys())
+_REQUEST_FUNCTION_COLUMNS = tuple(schema.request_functions.c.keys())
 _REQUEST_FUNCTION_TOTALS = itemgetter(CALLS, TOTAL, SELF, ACTIVE, MAX)
-_STACK_BUCKET_COLUMNS = ("minute", "service", "route", "stack_id", "self_ns", "calls")
-_FUNCTION_BUCKET_COLUMNS = (
-    "minute",
-    "service",
-    "route",
-    "function_id",
-    "calls",
-    "total_ns",
-    "self_ns",
-    "active_ns",
-    "await_ns",
-    "ready_ns",
-    "max_ns",
-    "max_slice_ns",
-)
+_STACK_BUCKET_COLUMNS = tuple(schema.stack_buckets.c.keys())
+_FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
 _FUNCTION_BUCKET_TOTALS = itemgetter(CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE)
 
 
@@ -237,17 +216,8 @@ def _buckets(stored: list[StoredRequest]) -> tuple[list[tuple], list[tuple], dic
             agg = functions.get(fid)
             if agg is None:
                 functions[fid] = t.copy()
-                continue
-            agg[CALLS] += t[CALLS]
-            agg[TOTAL] += t[TOTAL]
-            agg[SELF] += t[SELF]
-            agg[ACTIVE] += t[ACTIVE]
-            agg[AWAIT] += t[AWAIT]
-            agg[READY] += t[READY]
-            if t[MAX] > agg[MAX]:
-                agg[MAX] = t[MAX]
-            if t[MAX_SLICE] > agg[MAX_SLICE]:
-                agg[MAX_SLICE] = t[MAX_SLICE]
+            else:
+                add_totals(agg, t)
     stack_rows, function_rows = [], []
     for key, (stacks, functions) in sorted(per_key.items()):
         stack_rows.extend((*key, sid, *v) for sid, v in sorted(stacks.items()))
