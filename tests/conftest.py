@@ -32,7 +32,7 @@ def _pg_available() -> bool:
 @pytest.fixture(scope="session")
 def pg_admin():
     if not _pg_available():
-        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432 (./dev test starts it)")
+        pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432 (./dev setup starts it)")
     engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     yield engine
     engine.dispose()

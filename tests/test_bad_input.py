@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
 
 import grpc
 import pytest
@@ -21,24 +19,14 @@ from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.assembly import problems as P
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
+from tests.helpers import eventually
 
 ENTER, EXIT = EventKind.ENTER, EventKind.EXIT
 F, G = 1, 2  # the bad host's functions: app:f, app:g
 GOOD_SHAPE = CallShape(calls=20, depth=4, functions=5)
-T = TypeVar("T")
 
 
 # --- reading what a user would see ---------------------------------------------------------------
-
-
-def wait_for(check: Callable[[], T], timeout: float = 10.0, every: float = 0.05) -> T:
-    """Polls until `check()` is truthy (bounded); returns its last value either way."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(every)
 
 
 def samples(server, name: str) -> list:
@@ -286,7 +274,7 @@ def test_events_after_the_requests_end_are_dropped(server, good) -> None:
     events(builder, 1, bad.t0, (ENTER, F, 1, 10), (EXIT, F, 1, 40), (ENTER, G, 2, 60))
     builder.end(1, bad.t0 + 50)
     bad.send(builder.build(1))
-    assert len(wait_for(lambda: listed(server, "bad"))) == 1
+    assert len(eventually(lambda: listed(server, "bad"), timeout=10)) == 1
 
     # the request is stored; a later batch still has events for it
     builder = new_batch(define=False)
@@ -395,7 +383,7 @@ def test_a_batch_that_never_comes_is_given_up_after_the_gap_timeout(server, good
     bad.send(second.build(2))  # the server waits --gap-timeout (1 s in tests) for seq 1
     good.send()
 
-    stored = wait_for(lambda: listed(server, "bad"), timeout=10)
+    stored = eventually(lambda: listed(server, "bad"), timeout=10)
     assert [r["id"] for r in stored] == [bad.key(1)]
     request = detail(server, bad.key(1))
     assert shape(request["lanes"][0]["root"])[1:] == (("app:g",),)  # what did arrive
@@ -449,7 +437,7 @@ def test_a_batch_with_malformed_columns_is_acked_as_rejected(server, good) -> No
     assert bad.stream.stored == {3}
     good.send()
 
-    stored = wait_for(lambda: listed(server, "bad"), timeout=10)
+    stored = eventually(lambda: listed(server, "bad"), timeout=10)
     assert [r["id"] for r in stored] == [bad.key(2)]
     assert_fine_request(server, bad, 2)
     good.assert_intact()
@@ -480,7 +468,7 @@ def test_numbers_the_store_cannot_hold_reject_the_batch(server, good, spoil) -> 
     good.send()
 
     assert bad.stream.error is None
-    assert wait_for(lambda: [r["id"] for r in listed(server, "bad")] == [bad.key(2)])
+    assert eventually(lambda: [r["id"] for r in listed(server, "bad")] == [bad.key(2)], timeout=10)
     assert_fine_request(server, bad, 2)
     good.assert_intact()
     assert rejected(server).get(P.MALFORMED_BATCH) == 1
@@ -519,7 +507,7 @@ def test_a_rejected_batch_does_not_hold_up_the_sessions_next_requests(db_url, st
     whole_good_request(fixed, 2, bad.t0)
     bad.send(fixed.build(2))
 
-    assert wait_for(lambda: listed(server, "bad"), timeout=5)
+    assert eventually(lambda: listed(server, "bad"), timeout=5)
     assert rejected(server) == {P.MALFORMED_BATCH: 1}
     bad.stream.close()
 
@@ -662,9 +650,9 @@ def test_a_stream_ended_for_an_oversized_message_mid_request_is_a_dead_stream(
     assert bad.stream.error is not None
 
     # the host does not come back within --stream-timeout: the request is stored truncated
-    [summary] = wait_for(lambda: listed(server, "bad"), timeout=10)
+    [summary] = eventually(lambda: listed(server, "bad"), timeout=10)
     assert summary["id"] == bad.key(1) and summary["truncated"]
-    assert wait_for(lambda: open_requests(server) == 0, timeout=5)
+    assert eventually(lambda: open_requests(server) == 0, timeout=5)
     good.send()
     good.assert_intact()
     assert rejected(server) == {P.OVERSIZED: 1, P.STREAM_DIED: 1, P.MISSING_EXIT: 1}
@@ -685,7 +673,7 @@ def test_a_stream_killed_mid_request_stores_it_truncated_after_the_stream_timeou
     bad.stream.kill()  # the host process died mid-request
     killed = time.monotonic()
     good.send()
-    stored = wait_for(lambda: listed(server, "bad"), timeout=10)
+    stored = eventually(lambda: listed(server, "bad"), timeout=10)
     assert time.monotonic() - killed >= 0.9  # it waited --stream-timeout (1 s) for a reconnect
 
     [summary] = stored
@@ -696,7 +684,7 @@ def test_a_stream_killed_mid_request_stores_it_truncated_after_the_stream_timeou
     assert (g1["end_ns"], g1["outcome"]) == (30, "return")
     # closed where its events stop, marked truncated
     assert [(n["end_ns"], n["outcome"]) for n in (f, g2)] == [(40, "truncated")] * 2
-    assert wait_for(lambda: open_requests(server) == 0, timeout=5)
+    assert eventually(lambda: open_requests(server) == 0, timeout=5)
     good.send()
     good.assert_intact()
     assert rejected(server) == {P.STREAM_DIED: 1, P.MISSING_EXIT: 2}
@@ -715,11 +703,11 @@ def test_a_request_that_goes_quiet_is_stored_truncated_after_the_request_timeout
     events(builder, 1, bad.t0, (ENTER, F, 1, 10))
     bad.send(builder.build(1))  # the stream stays up, but the request never ends
 
-    [summary] = wait_for(lambda: listed(server, "bad"), timeout=10)
+    [summary] = eventually(lambda: listed(server, "bad"), timeout=10)
     assert summary["truncated"]
     (f,) = main_calls(detail(server, bad.key(1)))
     assert (f["function"], f["outcome"]) == ("app:f", "truncated")
-    assert wait_for(lambda: open_requests(server) == 0, timeout=5)
+    assert eventually(lambda: open_requests(server) == 0, timeout=5)
     good.send()
     good.assert_intact()
     assert rejected(server) == {P.REQUEST_TIMEOUT: 1, P.MISSING_EXIT: 1}
