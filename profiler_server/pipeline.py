@@ -237,13 +237,7 @@ class Pipeline:
     # --- messages ----------------------------------------------------------------------------
     def _hello(self, item: Inbound, group: _Group, now: float, problems: Counter) -> None:
         hello = item.hello
-        assert hello is not None
-        if len(hello.session_id) != 16 or not hello.service:
-            problems[P.BAD_HELLO] += 1
-            item.stream.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "Hello needs a 16-byte session_id and a service"
-            )
-            return
+        assert hello is not None  # validated by the stream (ingest/service.py)
         sid = str(uuid.UUID(bytes=hello.session_id))
         session = self.sessions.get(sid)
         if session is None:

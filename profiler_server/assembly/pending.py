@@ -37,6 +37,3 @@ class PendingRequest:
     @property
     def ended(self) -> bool:
         return self.end_ns is not None
-
-    def last_event_ns(self) -> int | None:
-        return max((run.times[-1] for _, run in self.runs), default=None)

@@ -26,7 +26,9 @@ MAX_SERVICE = 200  # sessions.service; hostname and versions are cut to their co
 
 
 def _hello_problem(hello: ingest_pb2.Hello) -> str | None:
-    """Why a Hello cannot be stored (None: it can, after cutting overlong descriptions)."""
+    """Why a Hello cannot be used (None: it can, after cutting overlong descriptions)."""
+    if len(hello.session_id) != 16 or not hello.service:
+        return "Hello needs a 16-byte session_id and a service"
     if len(hello.service) > MAX_SERVICE:
         return f"service name longer than {MAX_SERVICE} characters"
     if not (0 <= hello.wall_ns < MAX_NS and 0 <= hello.monotonic_ns < MAX_NS):
