@@ -57,6 +57,29 @@ def size(text: str) -> int:
     return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
 
 
+def address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def flag(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(f"must not be negative: {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:

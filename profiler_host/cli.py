@@ -1,9 +1,81 @@
-"""`profiler-host`: the wrapper command arrives with the host library (issue 3)."""
+"""`profiler-host run [options] -- COMMAND ...`: profiles every Python process of COMMAND.
+
+Flags become `PROFILER_*` env vars (so child processes see them too), the directory of
+our `sitecustomize` goes first on PYTHONPATH, and COMMAND replaces this process.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
+import shutil
 import sys
+from pathlib import Path
+
+from profiler_core.config import build_parser
+from profiler_host.settings import BY_NAME, OPTIONS, HostSettings
+
+SITE_DIR = Path(__file__).resolve().parent / "site"
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_APP_SPEC = re.compile(r"^([A-Za-z_][\w]*)(\.[\w.]+)?:[A-Za-z_][\w.()]*$")
 
 
-def main() -> None:
-    sys.exit("profiler-host: the host library is not available in this version yet")
+def app_package(command: list[str]) -> str | None:
+    """`pkg` for a gunicorn/uvicorn app spec like `pkg.module:app` in the command."""
+    for arg in command[1:]:
+        match = _APP_SPEC.match(arg)
+        if match:
+            return match.group(1)
+    return None
+
+
+def script_command(command: list[str]) -> list[str]:
+    """`python FILE ...` becomes `python -m profiler_host.script FILE ...` (see script.py)."""
+    is_python = len(command) >= 2 and _PYTHON.match(os.path.basename(command[0]))
+    if is_python and command[1].endswith(".py") and not command[1].startswith("-"):
+        return [command[0], "-m", "profiler_host.script", *command[1:]]
+    return command
+
+
+def environment(args: argparse.Namespace, command: list[str], base: dict[str, str]) -> dict:
+    env = dict(base)
+    for option in OPTIONS:
+        value = getattr(args, option.dest)
+        if value is not None:
+            env[option.env] = value
+    package = app_package(command)
+    if package:
+        env.setdefault(BY_NAME["include"].env, f"{package}.*")
+    env.setdefault(BY_NAME["service"].env, os.path.basename(command[0]))
+    HostSettings.load(environ=env)  # fail here, with the option's name, not in the app
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE_DIR), base.get("PYTHONPATH")]))
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "run":
+        sys.exit("usage: profiler-host run [options] -- COMMAND [ARGS...]  (see --help)")
+    parser = build_parser(
+        "profiler-host run",
+        "Runs COMMAND with every Python process in it profiled (no change to the app).",
+        OPTIONS,
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    args = parser.parse_args(argv[1:])
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no COMMAND given (profiler-host run [options] -- COMMAND ...)")
+    try:
+        env = environment(args, command, dict(os.environ))
+    except ValueError as exc:
+        sys.exit(f"profiler-host: {exc}")
+    executable = shutil.which(command[0], path=env.get("PATH"))
+    if executable is None:
+        sys.exit(f"profiler-host: command not found: {command[0]}")
+    os.execvpe(executable, script_command(command), env)
+
+
+if __name__ == "__main__":
+    main()

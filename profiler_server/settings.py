@@ -5,19 +5,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from profiler_core.config import Option, duration, positive_int, resolve, size
-
-
-def _address(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return text
-
+from profiler_core.config import Option, address, duration, positive_int, resolve, size
 
 OPTIONS = [
-    Option("listen", "127.0.0.1:50051", "gRPC ingest address (HOST:PORT)", _address),
-    Option("http", "127.0.0.1:9999", "HTTP address for /metrics, /api and the UI", _address),
+    Option("listen", "127.0.0.1:50051", "gRPC ingest address (HOST:PORT)", address),
+    Option("http", "127.0.0.1:9999", "HTTP address for /metrics, /api and the UI", address),
     Option(
         "db",
         "sqlite:///profiler.db",

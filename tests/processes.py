@@ -1,4 +1,4 @@
-"""A profiler-server in its own process, for what only a process can show: SIGTERM, kill -9."""
+"""Servers in their own processes: the profiler-server (SIGTERM, kill -9) and the sample apps."""
 
 from __future__ import annotations
 
@@ -19,39 +19,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class ServerProcess:
-    def __init__(self, db: str, log: Path, *extra: str) -> None:
-        self.grpc_port = free_port()
-        self.http_port = free_port()
+class HttpProcess:
+    """A child process serving HTTP on loopback, polled until `ready_path` answers 200."""
+
+    def __init__(
+        self, args: list[str], log: Path, port: int, ready_path: str, env: dict | None = None
+    ) -> None:
+        self.port = port
         self.log = log
-        args = [
-            sys.executable, "-m", "profiler_server", "--db", db,
-            "--listen", f"127.0.0.1:{self.grpc_port}", "--http", f"127.0.0.1:{self.http_port}",
-            *extra,
-        ]  # fmt: skip
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=out, env=os.environ.copy())
+            self.proc = subprocess.Popen(args, stdout=out, stderr=out, env=env or os.environ.copy())
         try:
-            self._wait_healthy()
+            self._wait_ready(ready_path)
         except RuntimeError:
             self.stop()  # never leave a server behind
             raise
 
     @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def _wait_healthy(self, timeout: float = 30) -> None:
+    def _wait_ready(self, path: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited {self.proc.returncode}: {self.log.read_text()}")
             try:
-                if httpx.get(self.http + "/healthz", timeout=1).status_code == 200:
+                if httpx.get(self.url + path, timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -66,6 +60,40 @@ class ServerProcess:
         self.proc.kill()
         self.proc.wait(10)
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.kill()
+    def stop(self, grace: float = 0) -> None:
+        """Ends the process if it still runs: SIGTERM and `grace` seconds to exit, then SIGKILL.
+
+        A grace period matters for servers with worker processes (gunicorn): killing the
+        master alone would leave its workers running.
+        """
+        if self.proc.poll() is not None:
+            return
+        if grace:
+            try:
+                self.terminate(grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+
+class ServerProcess(HttpProcess):
+    """A profiler-server on free loopback ports."""
+
+    def __init__(self, db: str, log: Path, *extra: str) -> None:
+        self.grpc_port = free_port()
+        self.http_port = free_port()
+        args = [
+            sys.executable, "-m", "profiler_server", "--db", db,
+            "--listen", f"127.0.0.1:{self.grpc_port}", "--http", f"127.0.0.1:{self.http_port}",
+            *extra,
+        ]  # fmt: skip
+        super().__init__(args, log, self.http_port, "/healthz")
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http(self) -> str:
+        return self.url

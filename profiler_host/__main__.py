@@ -1,0 +1,3 @@
+from profiler_host.cli import main
+
+main()

@@ -1,0 +1,140 @@
+"""The functions injected code calls, and the gate in front of them.
+
+Each hook swallows `Exception` (counted, logged once) so user code never sees one;
+`BaseException` (KeyboardInterrupt from a signal handler) passes through unchanged.
+A token is `(lane, function id, call id)` for plain calls and a list with a fourth item,
+"suspended", for generators and coroutines.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from time import monotonic_ns
+
+from profiler_core.model import EventKind, LaneKind
+from profiler_host import recording
+from profiler_host.rewriter import Hooks
+
+log = logging.getLogger("profiler_host")
+
+ENTER = int(EventKind.ENTER)
+EXIT = int(EventKind.EXIT)
+EXIT_EXCEPTION = int(EventKind.EXIT_EXCEPTION)
+SUSPEND = int(EventKind.SUSPEND)
+RESUME = int(EventKind.RESUME)
+
+
+class Gate(list):
+    """The sampled requests in flight; truthy (at C speed) while there is one.
+
+    Hashable by identity so code objects holding it as a constant stay hashable.
+    """
+
+    __hash__ = object.__hash__
+
+
+ACTIVE = Gate()
+errors = [0]  # hook failures since start
+
+
+def _failed() -> None:
+    errors[0] += 1
+    if errors[0] == 1:
+        log.warning("request-profiler: a hook failed; the call was not recorded", exc_info=True)
+
+
+def _own_lane(lane: recording.Lane) -> recording.Lane:
+    """The lane of this thread: a context copied into another thread gets its own lane."""
+    ident = threading.get_ident()
+    request = lane.request
+    for other in request.lanes:
+        if other.thread == ident and other.parent is lane:
+            return other
+    return request.spawn(lane, LaneKind.THREAD, threading.current_thread().name)
+
+
+def enter(lane: recording.Lane, fid: int) -> tuple | None:
+    try:
+        if lane.thread != threading.get_ident():
+            lane = _own_lane(lane)
+        request = lane.request
+        cid = next(request.calls)
+        if cid > request.event_cap >> 1:
+            request.truncated = True
+            return None
+        lane.append((ENTER, fid, cid, monotonic_ns()))
+        return (lane, fid, cid)
+    except Exception:
+        _failed()
+        return None
+
+
+def enter_resumable(lane: recording.Lane, fid: int) -> list | None:
+    token = enter(lane, fid)
+    return None if token is None else [*token, False]
+
+
+def exit(token: tuple | list) -> None:
+    try:
+        token[0].append((EXIT, token[1], token[2], monotonic_ns()))
+    except Exception:
+        _failed()
+
+
+def exit_exception(token: tuple | list, exc: BaseException) -> None:
+    try:
+        token[0].append((EXIT_EXCEPTION, token[1], token[2], monotonic_ns()))
+    except Exception:
+        _failed()
+
+
+def suspend(token: list) -> None:
+    try:
+        append = token[0].append
+        now = monotonic_ns()
+        if token[3]:  # a throw() caught inside the generator resumed it without a hook
+            append((RESUME, token[1], token[2], now))
+        append((SUSPEND, token[1], token[2], now))
+        token[3] = True
+    except Exception:
+        _failed()
+
+
+def resume(token: list) -> None:
+    try:
+        token[0].append((RESUME, token[1], token[2], monotonic_ns()))
+        token[3] = False
+    except Exception:
+        _failed()
+
+
+def resume_delegated(token: list) -> None:
+    """After `yield from`/`await` gave control away: the frame was suspended since the
+    lane's last event (the delegate's own yield, when it is instrumented). A frame still
+    marked suspended was thrown into at a plain yield (aclose(), athrow(), cancellation)
+    and awaited while handling it: its SUSPEND is already recorded."""
+    try:
+        lane = token[0]
+        now = monotonic_ns()
+        if not token[3]:
+            events = lane.events
+            since = events[-1][3] if events else now
+            lane.append((SUSPEND, token[1], token[2], since))
+        lane.append((RESUME, token[1], token[2], now))
+        token[3] = False
+    except Exception:
+        _failed()
+
+
+HOOKS = Hooks(
+    gate=ACTIVE,
+    current=recording.CURRENT.get,
+    enter=enter,
+    enter_resumable=enter_resumable,
+    exit=exit,
+    exit_exception=exit_exception,
+    suspend=suspend,
+    resume=resume,
+    resume_delegated=resume_delegated,
+)

@@ -1,0 +1,115 @@
+"""Turns the code of matching modules into instrumented code, and back.
+
+`transform` works on a module's code object before it runs (the import hook) and on the
+code of live functions (modules imported before the profiler started: their functions
+get their `__code__` swapped). Both go through one cache, so a code object shared by
+many closures is rewritten once, and `uninstrument` can restore every original.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from collections.abc import Callable
+from types import CodeType, FunctionType
+
+from profiler_host import rewriter
+from profiler_host.functions import FunctionRegistry
+from profiler_host.hooks import HOOKS
+
+log = logging.getLogger("profiler_host")
+
+
+class Instrumenter:
+    def __init__(
+        self,
+        wanted: Callable[[str], bool],
+        registry: FunctionRegistry,
+        hooks: rewriter.Hooks = HOOKS,
+    ) -> None:
+        self.wanted = wanted
+        self.registry = registry
+        self.hooks = hooks
+        self._lock = threading.RLock()
+        self._twins: dict[int, tuple[CodeType, CodeType]] = {}  # id(original) -> both
+        self._originals: dict[int, CodeType] = {}  # id(instrumented) -> original
+        self._failed_modules: set[str] = set()
+        self.functions_instrumented = 0
+        self.failures = 0
+
+    def is_instrumented(self, code: CodeType) -> bool:
+        return id(code) in self._originals
+
+    def transform(self, code: CodeType, module: str) -> CodeType:
+        """The instrumented twin of `code` and of every code object nested in it."""
+        with self._lock:
+            return self._transform(code, module)
+
+    def _transform(self, code: CodeType, module: str) -> CodeType:
+        if id(code) in self._originals:
+            return code
+        known = self._twins.get(id(code))
+        if known is not None:
+            return known[1]
+        consts = tuple(
+            self._transform(c, module) if isinstance(c, CodeType) else c for c in code.co_consts
+        )
+        base = code
+        if any(new is not old for new, old in zip(consts, code.co_consts, strict=True)):
+            base = code.replace(co_consts=consts)
+        result = base
+        if rewriter.instrumentable(base):
+            result = self._rewrite(base, module)
+        self._twins[id(code)] = (code, result)
+        if result is not code:
+            self._originals[id(result)] = code
+        return result
+
+    def _rewrite(self, code: CodeType, module: str) -> CodeType:
+        try:
+            new = rewriter.rewrite(code, self.registry.register(module, code), self.hooks)
+        except rewriter.NotInstrumentable:
+            return code
+        except Exception:
+            self.failures += 1
+            if module not in self._failed_modules:
+                self._failed_modules.add(module)
+                log.warning(
+                    "request-profiler: left %s.%s uninstrumented (further failures in this "
+                    "module are not logged)",
+                    module,
+                    code.co_qualname,
+                    exc_info=True,
+                )
+            return code
+        self.functions_instrumented += 1
+        return new
+
+    def sweep(self) -> int:
+        """Swaps the code of live functions of wanted modules; returns how many."""
+        swapped = 0
+        for obj in gc.get_objects():
+            if type(obj) is not FunctionType:
+                continue
+            module = obj.__module__
+            if not isinstance(module, str) or not self.wanted(module):
+                continue
+            code = obj.__code__
+            new = self.transform(code, module)
+            if new is not code:
+                obj.__code__ = new
+                swapped += 1
+        return swapped
+
+    def uninstrument(self) -> int:
+        """Puts the original code back into every live function that has ours."""
+        restored = 0
+        with self._lock:
+            originals = self._originals
+            for obj in gc.get_objects():
+                if type(obj) is FunctionType and id(obj.__code__) in originals:
+                    # the original's nested code objects are originals too
+                    obj.__code__ = originals[id(obj.__code__)]
+                    restored += 1
+        return restored

@@ -1,0 +1,87 @@
+"""Wraps the app that gunicorn or uvicorn loads in our middleware: no change to the app.
+
+The servers' loading modules are patched right after they are imported (a finder on
+`sys.meta_path` that only answers for those names), so the wrap happens wherever the app
+is loaded: in the master with `--preload`, in each worker otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
+
+from profiler_host.importer import as_subclass, spec_from_others
+
+log = logging.getLogger("profiler_host")
+
+
+def _patch_gunicorn(util: ModuleType) -> None:
+    original = util.import_app
+
+    def import_app(module: str) -> Any:
+        from profiler_host.wsgi import ProfilerMiddleware
+
+        app = original(module)
+        return app if isinstance(app, ProfilerMiddleware) else ProfilerMiddleware(app)
+
+    util.import_app = import_app
+
+
+def _patch_uvicorn(config: ModuleType) -> None:
+    original = config.Config.load
+
+    def load(self: Any) -> None:
+        from profiler_host.asgi import ProfilerMiddleware
+
+        original(self)
+        if not isinstance(self.loaded_app, ProfilerMiddleware):
+            self.loaded_app = ProfilerMiddleware(self.loaded_app)
+
+    config.Config.load = load
+
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "gunicorn.util": _patch_gunicorn,
+    "uvicorn.config": _patch_uvicorn,
+}
+
+
+class AfterImport(MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        patch = PATCHES.get(fullname)
+        if patch is None:
+            return None
+        spec = spec_from_others(self, fullname, path, target)
+        if spec is None or spec.loader is None:
+            return spec
+        base = type(spec.loader)
+        original_exec = base.exec_module
+
+        def exec_module(loader: Any, module: ModuleType) -> None:
+            original_exec(loader, module)
+            try:
+                patch(module)
+            except Exception:
+                log.warning(
+                    "request-profiler: could not wrap the app of %s", fullname, exc_info=True
+                )
+
+        sub = type(base.__name__, (base,), {"exec_module": exec_module})
+        spec.loader = as_subclass(spec.loader, sub)
+        return spec
+
+
+def install() -> None:
+    """Patches now if the server is imported already, else right after its import."""
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    if not any(isinstance(f, AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, AfterImport())

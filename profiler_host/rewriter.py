@@ -1,0 +1,304 @@
+"""Injects enter/exit/suspend/resume hooks into code objects (CPython 3.11 layout).
+
+Every instrumented frame keeps one *token* at the bottom of its value stack: `None` when
+the call is not recorded, else what the enter hook returned. Entry code runs after the
+first RESUME (so generators and coroutines enter on first resume); every RETURN_VALUE,
+every yield, every resume after a yield and a catch-all exception handler hand the token
+to a hook, which only runs when the token is not None. The gate in front of the enter
+hook reads a shared list constant, so a process with no sampled request pays two
+instructions per call and no name lookups. See DESIGN.md §4 for why each step is where it
+is; `stackdepth` re-checks every result, and a code object that fails keeps its original.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import CodeType
+from typing import Any
+
+from bytecode import Bytecode, ConcreteBytecode, Instr, Label, TryBegin, TryEnd
+from bytecode.concrete import _ConvertBytecodeToConcrete
+from bytecode.instr import InstrLocation
+
+from profiler_host import stackdepth
+
+SUPPORTED = (3, 11)
+
+CO_OPTIMIZED = 0x1
+CO_GENERATOR = 0x20
+CO_COROUTINE = 0x80
+CO_ITERABLE_COROUTINE = 0x100
+CO_ASYNC_GENERATOR = 0x200
+RESUMABLE = CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR
+
+COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
+
+_NO_LINE = InstrLocation(None, None, None, None)
+_RESUME_AFTER_YIELD = 1  # RESUME's oparg: 0 start, 1 after yield, 2 yield from, 3 await
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What injected code calls. Each is loaded as a constant: no names are added."""
+
+    gate: list  # truthy while any request in the process is sampled
+    current: Callable[[], Any]  # returns the current lane or None (ContextVar.get)
+    enter: Callable[[Any, int], Any]  # (lane, function id) -> token or None
+    enter_resumable: Callable[[Any, int], Any]  # same, for generators and coroutines
+    exit: Callable[[Any], None]
+    exit_exception: Callable[[Any, BaseException], None]
+    suspend: Callable[[Any], None]  # before a plain yield
+    resume: Callable[[Any], None]  # after a plain yield
+    resume_delegated: Callable[[Any], None]  # after a yield from / await gave control away
+
+
+class NotInstrumentable(Exception):
+    """The code object is left as it is (a reason, not a failure)."""
+
+
+def instrumentable(code: CodeType) -> bool:
+    """Functions, methods, lambdas, generators and coroutines; not module/class bodies or
+    comprehensions (inlined on 3.12, and they would add a node per comprehension)."""
+    return bool(code.co_flags & CO_OPTIMIZED) and code.co_name not in COMPREHENSIONS
+
+
+def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
+    """The instrumented twin of one code object (nested code objects are not touched)."""
+    if sys.version_info[:2] != SUPPORTED:
+        raise NotInstrumentable(f"bytecode layout of Python {sys.version_info[:2]} not supported")
+    if not instrumentable(code):
+        raise NotInstrumentable(f"{code.co_name} is not a function body")
+    before = stackdepth.depths(code)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    resumable = bool(code.co_flags & RESUMABLE)
+    _Injector(bc, hooks, function_id, resumable, _depth_by_position(code, before)).run()
+    rewritten = _to_code(bc, code, stacksize=code.co_stacksize + 8)
+    stackdepth.check(rewritten)
+    return rewritten.replace(co_stacksize=max(stackdepth.depths(rewritten).values()))
+
+
+def _depth_by_position(code: CodeType, by_offset: dict[int, int]) -> list[int | None]:
+    """Depths in the order `bytecode` lists real instructions (no CACHE/EXTENDED_ARG)."""
+    import dis
+
+    return [
+        by_offset.get(ins.offset)
+        for ins in dis.get_instructions(code)
+        if ins.opname not in ("EXTENDED_ARG", "CACHE")
+    ]
+
+
+class _Injector:
+    """One pass over the abstract instruction list; builds the new list in `out`."""
+
+    def __init__(
+        self, bc: Bytecode, hooks: Hooks, fid: int, resumable: bool, depths: list[int | None]
+    ) -> None:
+        self.bc = bc
+        self.hooks = hooks
+        self.fid = fid
+        self.resumable = resumable
+        self.depths = depths
+        # (item, covered): covered items get the catch-all handler unless a user entry has them
+        self.out: list[tuple[Any, bool]] = []
+
+    def run(self) -> None:
+        items = list(self.bc)
+        position = -1
+        entered = False
+        previous: Any = None
+        for n, item in enumerate(items):
+            if not isinstance(item, Instr):
+                self.out.append((item, entered))
+                continue
+            position += 1
+            depth = self.depths[position]
+            if entered and item.name == "RETURN_VALUE":
+                self._exit_on_return(item)
+            elif entered and item.name == "YIELD_VALUE" and _plain_yield(previous):
+                self._hook_call(self.hooks.suspend, depth, item.location, covered=True)
+                self.out.append((item, True))
+            else:
+                self.out.append((item, entered))
+            if item.name == "RESUME":
+                if not entered and item.arg == 0:
+                    self._entry()
+                    entered = True
+                elif entered and depth is not None:
+                    hook = self.hooks.resume
+                    if item.arg != _RESUME_AFTER_YIELD:
+                        hook = self.hooks.resume_delegated
+                    self._hook_call(hook, depth, _next_location(items, n), covered=True)
+            previous = item
+        if not entered:
+            raise NotInstrumentable("no RESUME 0 found")
+        self._handler()
+        self.bc[:] = _with_catch_all(self.out)
+
+    def _emit(self, covered: bool, *instrs: Any) -> None:
+        self.out.extend((ins, covered) for ins in instrs)
+
+    def _entry(self) -> None:
+        """Pushes the token: None while the gate is closed or the lane is not sampled."""
+        h = self.hooks
+        closed, body = Label(), Label()
+        enter = h.enter_resumable if self.resumable else h.enter
+        loc = _NO_LINE
+        self._emit(
+            False,
+            Instr("LOAD_CONST", h.gate, location=loc),
+            Instr("POP_JUMP_FORWARD_IF_FALSE", closed, location=loc),
+            Instr("PUSH_NULL", location=loc),
+            Instr("LOAD_CONST", h.current, location=loc),
+            Instr("PRECALL", 0, location=loc),
+            Instr("CALL", 0, location=loc),
+            Instr("COPY", 1, location=loc),
+            Instr("POP_JUMP_FORWARD_IF_NONE", body, location=loc),
+            Instr("PUSH_NULL", location=loc),
+            Instr("SWAP", 2, location=loc),
+            Instr("LOAD_CONST", enter, location=loc),
+            Instr("SWAP", 2, location=loc),
+            Instr("LOAD_CONST", self.fid, location=loc),
+            Instr("PRECALL", 2, location=loc),
+            Instr("CALL", 2, location=loc),
+            Instr("JUMP_FORWARD", body, location=loc),
+            closed,
+            Instr("LOAD_CONST", None, location=loc),
+            body,
+        )
+
+    def _hook_call(self, hook: Callable, depth: int | None, location: Any, covered: bool) -> None:
+        """hook(token) if the token is not None; the stack is left as it was."""
+        if depth is None:
+            raise NotInstrumentable("unreachable yield")
+        token_at = depth + 1  # the token sits under `depth` original values
+        skip = Label()
+        self._emit(
+            covered,
+            Instr("COPY", token_at, location=location),
+            Instr("POP_JUMP_FORWARD_IF_NONE", skip, location=location),
+            Instr("PUSH_NULL", location=location),
+            Instr("LOAD_CONST", hook, location=location),
+            Instr("COPY", token_at + 2, location=location),
+            Instr("PRECALL", 1, location=location),
+            Instr("CALL", 1, location=location),
+            Instr("POP_TOP", location=location),
+            skip,
+        )
+
+    def _exit_on_return(self, ret: Instr) -> None:
+        """[token, value] -> exit(token) -> [value] -> RETURN_VALUE, with the return's line.
+
+        Not covered by the catch-all: a BaseException from the exit hook must not also
+        record an exit by exception.
+        """
+        loc = ret.location
+        self._hook_call(self.hooks.exit, 1, loc, covered=False)
+        self._emit(False, Instr("SWAP", 2, location=loc), Instr("POP_TOP", location=loc), ret)
+
+    def _handler(self) -> None:
+        """Catch-all target: [token, lasti, exc] -> exit_exception(token, exc) -> re-raise
+        with the original lasti, so tracebacks keep the instruction that raised."""
+        h = self.hooks
+        loc = _NO_LINE
+        skip = Label()
+        self._emit(
+            False,
+            _CATCH_ALL,
+            Instr("COPY", 3, location=loc),
+            Instr("POP_JUMP_FORWARD_IF_NONE", skip, location=loc),
+            Instr("PUSH_NULL", location=loc),
+            Instr("LOAD_CONST", h.exit_exception, location=loc),
+            Instr("COPY", 5, location=loc),  # token
+            Instr("COPY", 4, location=loc),  # exception
+            Instr("PRECALL", 2, location=loc),
+            Instr("CALL", 2, location=loc),
+            Instr("POP_TOP", location=loc),
+            skip,
+            Instr("RERAISE", 1, location=loc),
+        )
+
+
+_CATCH_ALL = Label()  # placeholder replaced per code object in _with_catch_all
+
+
+def _plain_yield(previous: Any) -> bool:
+    """A yield not fed by SEND (yield from / await): nothing may stand between those two."""
+    return not (isinstance(previous, Instr) and previous.name == "SEND")
+
+
+def _next_location(items: list, n: int) -> Any:
+    for item in items[n + 1 :]:
+        if isinstance(item, Instr):
+            return item.location
+    return _NO_LINE
+
+
+def _with_catch_all(out: list[tuple[Any, bool]]) -> list[Any]:
+    """Wraps every covered run of instructions that no user entry covers in our own entry.
+
+    3.11 exception-table entries cannot nest, so instead of one try/finally around the body
+    the gaps between user entries get the catch-all, and user entries keep one more value
+    (the token) on the stack.
+    """
+    handler = Label()
+    result: list[Any] = []
+    open_user: set[int] = set()  # user entries open at this point of the list
+    ours: TryBegin | None = None
+    for item, covered in out:
+        if item is _CATCH_ALL:
+            item = handler
+        if isinstance(item, TryBegin):
+            if ours is not None:
+                result.append(TryEnd(ours))
+                ours = None
+            item.stack_depth += 1
+            open_user.add(id(item))
+            result.append(item)
+            continue
+        if isinstance(item, TryEnd):
+            open_user.discard(id(item.entry))
+            result.append(item)
+            continue
+        if isinstance(item, Instr):
+            want = covered and not open_user
+            if want and ours is None:
+                ours = TryBegin(handler, push_lasti=True, stack_depth=1)
+                result.append(ours)
+            elif not want and ours is not None:
+                result.append(TryEnd(ours))
+                ours = None
+        result.append(item)
+    if ours is not None:
+        result.append(TryEnd(ours))
+    return result
+
+
+class _KeepTables(_ConvertBytecodeToConcrete):
+    """Keeps the original co_consts/co_names/co_varnames order; new entries go last.
+
+    `locals()` order, `co_consts[i]` and `inspect.getclosurevars` would otherwise change.
+    """
+
+    def __init__(self, code: Bytecode, original: CodeType) -> None:
+        super().__init__(code)
+        for const in original.co_consts:
+            self.add_const(const)
+        for name in original.co_names:
+            self.add_name(name)
+        for name in original.co_varnames:
+            self.add_varname(name)
+
+
+def _to_code(bc: Bytecode, original: CodeType, stacksize: int) -> CodeType:
+    concrete: ConcreteBytecode = _KeepTables(bc, original).to_concrete_bytecode(
+        compute_exception_stack_depths=False
+    )
+    code = concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+    for table in ("co_consts", "co_names", "co_varnames", "co_cellvars", "co_freevars"):
+        kept = getattr(original, table)
+        if getattr(code, table)[: len(kept)] != kept:
+            raise NotInstrumentable(f"{table} would change order")
+    return code

@@ -1,0 +1,167 @@
+"""The profiler in this process: instrumentation, sampling and transport wired together."""
+
+from __future__ import annotations
+
+import atexit
+import hmac
+import itertools
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from contextvars import Token
+
+from profiler_host import hooks, recording
+from profiler_host.filters import ModuleFilter
+from profiler_host.functions import FunctionRegistry
+from profiler_host.importer import InstrumentingFinder
+from profiler_host.instrumenter import Instrumenter
+from profiler_host.recording import CURRENT, Request
+from profiler_host.rewriter import SUPPORTED
+from profiler_host.sampler import Sampler
+from profiler_host.settings import HostSettings
+from profiler_host.transport import Transport, TransportSettings
+
+log = logging.getLogger("profiler_host")
+
+
+class Profiler:
+    def __init__(self, settings: HostSettings) -> None:
+        self.settings = settings
+        self.registry = FunctionRegistry()
+        self.filter = ModuleFilter(settings.include or ("__main__",), settings.exclude)
+        self.instrumenter = Instrumenter(self.filter, self.registry)
+        self.finder = InstrumentingFinder(self.instrumenter)
+        self.sampler = Sampler(settings.sample_rate, settings.route_interval)
+        self.transport = Transport(
+            TransportSettings(
+                server=settings.server,
+                service=settings.service,
+                buffer_bytes=settings.buffer,
+                flush_interval=settings.flush_interval,
+            ),
+            self.registry,
+            running=lambda: list(hooks.ACTIVE),
+        )
+        self._ids = itertools.count(1)
+        self._whole: Request | None = None
+        self.started = False
+
+    def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        if sys.version_info[:2] != SUPPORTED:
+            log.warning(
+                "request-profiler: Python %d.%d is not supported by the bytecode rewriter yet "
+                "(built for %d.%d); nothing is instrumented and the app runs unchanged",
+                *sys.version_info[:2],
+                *SUPPORTED,
+            )
+        else:
+            self.finder.install()
+            self.instrumenter.sweep()
+        atexit.register(self.stop)
+        if self.settings.whole_process:
+            self._begin_whole_process()
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        atexit.unregister(self.stop)
+        if self._whole is not None:
+            self.end(self._whole)
+            self._whole = None
+        self.finder.uninstall()
+        self.instrumenter.uninstrument()
+        if not self.transport.stop(self.settings.flush_timeout):
+            log.warning("request-profiler: the server did not store everything before exit")
+
+    def after_fork_in_child(self) -> None:
+        """The child streams its own session; the parent's open requests stop recording."""
+        for request in list(hooks.ACTIVE):
+            request.event_cap = 0
+        hooks.ACTIVE.clear()
+        CURRENT.set(None)
+        self.transport.after_fork()  # a new session sends every definition again
+        if self._whole is not None:
+            self._begin_whole_process()
+
+    def _begin_whole_process(self) -> None:
+        name = " ".join(os.path.basename(a) for a in sys.argv[:1]) or "process"
+        self._whole = self.begin(name, "", forced=True)
+        if self._whole is not None:
+            CURRENT.set(self._whole.main)
+
+    def forced(self, header: str | None) -> bool:
+        secret = self.settings.force_secret
+        return bool(secret and header and hmac.compare_digest(header, secret))
+
+    def begin(self, route: str, method: str, forced: bool = False) -> Request | None:
+        """A new sampled request, or None when this one is not recorded."""
+        if not forced and (sys.gettrace() is not None or not self.sampler.decide(route)):
+            return None
+        if self.transport.over_budget():
+            self.transport.drop("buffer_full")
+            return None
+        request = Request(next(self._ids), route, method, self.settings.max_request_events)
+        hooks.ACTIVE.append(request)
+        return request
+
+    def end(self, request: Request, status: int = 0) -> None:
+        request.finish(status)
+        with suppress(ValueError):  # already removed (a fork, or ended twice)
+            hooks.ACTIVE.remove(request)
+        self.transport.submit(request)
+
+    @contextmanager
+    def recording(self, request: Request | None) -> Iterator[Request | None]:
+        """Runs the block as `request` (when it is sampled) in the current context."""
+        if request is None:
+            yield None
+            return
+        token = CURRENT.set(request.main)
+        status = 0
+        try:
+            yield request
+        except BaseException:
+            status = 1
+            raise
+        finally:
+            reset(token)
+            self.end(request, status)
+
+
+def reset(token: Token[recording.Lane | None]) -> None:
+    try:
+        CURRENT.reset(token)
+    except ValueError:  # ended in another context than it began
+        CURRENT.set(None)
+
+
+_profiler: Profiler | None = None
+
+
+def active() -> Profiler | None:
+    return _profiler if _profiler is not None and _profiler.started else None
+
+
+def start(**options: object) -> Profiler:
+    global _profiler
+    if _profiler is None:
+        _profiler = Profiler(HostSettings.load(options))
+        os.register_at_fork(after_in_child=_after_fork)
+    _profiler.start()
+    return _profiler
+
+
+def stop() -> None:
+    if _profiler is not None:
+        _profiler.stop()
+
+
+def _after_fork() -> None:
+    if _profiler is not None and _profiler.started:
+        _profiler.after_fork_in_child()

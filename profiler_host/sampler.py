@@ -1,0 +1,64 @@
+"""Which requests are recorded: a target rate per process, so the chance falls as load rises.
+
+The arrival rate is smoothed over one-second windows; a request is sampled with
+probability `rate / arrivals`. The first request of each route shape in every
+`route_interval` is sampled regardless, so rare routes show up. Paths are shaped
+(numeric and id-like segments folded) so `/orders/17` and `/orders/18` are one route.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from time import monotonic
+
+_ID_SEGMENT = re.compile(r"^(\d+|[0-9a-fA-F-]{16,}|[0-9a-fA-F]{8}-[0-9a-fA-F-]{27})$")
+MAX_ROUTES = 1000
+
+
+def route_shape(path: str) -> str:
+    return "/".join(":id" if _ID_SEGMENT.match(seg) else seg for seg in path.split("/"))
+
+
+class Sampler:
+    def __init__(
+        self,
+        rate: float,
+        route_interval: float = 60.0,
+        clock: Callable[[], float] = monotonic,
+        chance: Callable[[], float] = random.random,
+    ) -> None:
+        self.rate = rate
+        self.route_interval = route_interval
+        self._clock = clock
+        self._chance = chance
+        now = clock()
+        self._window_start = now
+        self._window_count = 0
+        self._arrivals = rate  # smoothed requests per second
+        self._routes: dict[str, float] = {}
+
+    @property
+    def probability(self) -> float:
+        return min(1.0, self.rate / self._arrivals) if self._arrivals > 0 else 1.0
+
+    def decide(self, path: str) -> bool:
+        """Counts the arrival and says whether to record it."""
+        if self.rate <= 0:
+            return False
+        now = self._clock()
+        self._window_count += 1
+        elapsed = now - self._window_start
+        if elapsed >= 1.0:
+            self._arrivals = 0.5 * self._arrivals + 0.5 * (self._window_count / elapsed)
+            self._window_start, self._window_count = now, 0
+        shape = route_shape(path)
+        last = self._routes.get(shape)
+        due = last is None or now - last >= self.route_interval
+        if due and (last is not None or len(self._routes) < MAX_ROUTES):
+            self._routes[shape] = now
+            return True
+        # within the current window, arrivals beyond the smoothed rate lower the chance too
+        current = self._window_count / max(elapsed, 1.0)
+        return self._chance() < min(1.0, self.rate / max(self._arrivals, current, 1e-9))

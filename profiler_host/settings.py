@@ -1,0 +1,112 @@
+"""Host options: `profiler-host run` flags, `PROFILER_*` env vars, `start(**options)`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from profiler_core.config import (
+    Option,
+    address,
+    duration,
+    flag,
+    non_negative_float,
+    positive_int,
+    size,
+)
+from profiler_host.filters import parse_globs
+
+OPTIONS = [
+    Option("server", "127.0.0.1:50051", "profiling server's gRPC address (HOST:PORT)", address),
+    Option("service", "", "service name shown on the server [default: the program's name]"),
+    Option(
+        "include",
+        "",
+        "comma-separated module globs to instrument, e.g. 'myapp.*' [default: the package of "
+        "the WSGI/ASGI app under gunicorn/uvicorn, else __main__]",
+        parse_globs,
+    ),
+    Option("exclude", "", "comma-separated module globs never to instrument", parse_globs),
+    Option(
+        "sample-rate",
+        "10",
+        "sampled requests per second per process (0: only forced requests)",
+        non_negative_float,
+    ),
+    Option(
+        "route-interval",
+        "60s",
+        "the first request of each route in every interval is sampled",
+        duration,
+    ),
+    Option(
+        "whole-process",
+        "false",
+        "record the whole process as one request (scripts, jobs, test suites)",
+        flag,
+    ),
+    Option("buffer", "32MiB", "unacked profile data kept for the server; over it, drop", size),
+    Option("flush-interval", "200ms", "how often recorded events are sent", duration),
+    Option("flush-timeout", "2s", "longest wait at exit for the server to store", duration),
+    Option(
+        "max-request-events",
+        "200000",
+        "events recorded per request before it is marked truncated",
+        positive_int,
+    ),
+    Option(
+        "force-secret",
+        "",
+        "when set, requests with header X-Profiler-Force: <secret> are always sampled",
+    ),
+]
+
+BY_NAME = {option.dest: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    server: str
+    service: str
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    sample_rate: float
+    route_interval: float
+    whole_process: bool
+    buffer: int
+    flush_interval: float
+    flush_timeout: float
+    max_request_events: int
+    force_secret: str
+
+    @classmethod
+    def load(
+        cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+    ) -> HostSettings:
+        """Keyword options (already typed or as text) over env vars over defaults."""
+        environ = os.environ if environ is None else environ
+        overrides = dict(overrides or {})
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown profiler option(s): {', '.join(sorted(unknown))}")
+        values: dict[str, Any] = {}
+        for option in OPTIONS:
+            given = overrides.get(option.dest)
+            if given is not None and not isinstance(given, str):
+                values[option.dest] = tuple(given) if isinstance(given, list) else given
+                continue
+            raw, source = given, f"{option.dest}="
+            if raw is None and option.env in environ:
+                raw, source = environ[option.env], option.env
+            if raw is None:
+                raw, source = option.default, f"the default of {option.flag}"
+            try:
+                values[option.dest] = option.parse(raw)
+            except ValueError as exc:
+                raise ValueError(f"invalid value for {source}: {exc}") from None
+        if not values["service"]:
+            values["service"] = os.path.basename(sys.argv[0] if sys.argv else "") or "python"
+        return cls(**values)

@@ -1,0 +1,1 @@
+"""Not a package: the directory itself goes on PYTHONPATH (see cli.py)."""

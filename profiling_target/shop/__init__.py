@@ -1,0 +1,1 @@
+"""The shop core shared by both sample apps: models, SQLite repositories, business rules."""

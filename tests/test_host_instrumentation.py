@@ -1,0 +1,177 @@
+"""The import hook and the sweep: which modules get instrumented code, and that nothing else
+changes (the .pyc cache, the loader's type, resources, uninstrument)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.resources
+import importlib.util
+import marshal
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from profiler_host import hooks, recording
+from profiler_host.filters import ModuleFilter
+from profiler_host.functions import FunctionRegistry
+from profiler_host.importer import InstrumentingFinder
+from profiler_host.instrumenter import Instrumenter
+
+MODULE = """
+import functools
+
+def plain(x):
+    return x + 1
+
+def decorate(func):
+    @functools.wraps(func)
+    def wrapper(*args):
+        return func(*args) * 2
+    return wrapper
+
+@decorate
+def decorated(x):
+    return x
+
+def make_adder(n):
+    def add(x):
+        return x + n
+    return add
+
+add_two = make_adder(2)
+
+class Shape:
+    def area(self):
+        return 1
+
+    @property
+    def name(self):
+        return "shape"
+
+    @staticmethod
+    def unit():
+        return 1
+
+    @classmethod
+    def make(cls):
+        return cls()
+"""
+
+
+def instrumented(func) -> bool:
+    return hooks.ACTIVE in func.__code__.co_consts
+
+
+@pytest.fixture
+def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = tmp_path / "site"
+    pkg = root / "shopapp"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text(textwrap.dedent(MODULE))
+    (pkg / "data.txt").write_text("resource")
+    (root / "otherapp.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # see the .pyc path too
+    yield pkg
+    for name in [m for m in sys.modules if m.split(".")[0] in ("shopapp", "otherapp")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def instrumenter() -> Iterator[Instrumenter]:
+    inst = Instrumenter(ModuleFilter(("shopapp.*",)), FunctionRegistry())
+    finder = InstrumentingFinder(inst)
+    finder.install()
+    try:
+        yield inst
+    finally:
+        finder.uninstall()
+        inst.uninstrument()
+
+
+def record(func, *args):
+    """Calls func inside a sampled request; returns (result, function names entered)."""
+    request = recording.Request(1, "/t", "GET", 1000)
+    hooks.ACTIVE.append(request)
+    token = recording.CURRENT.set(request.main)
+    try:
+        result = func(*args)
+    finally:
+        recording.CURRENT.reset(token)
+        hooks.ACTIVE.remove(request)
+    return result, [e for e in request.main.drain() if e[0] == hooks.ENTER]
+
+
+def test_import_hook_instruments_wanted_modules_only(package: Path, instrumenter: Instrumenter):
+    core = importlib.import_module("shopapp.core")
+    other = importlib.import_module("otherapp")
+    for func in (
+        core.plain,
+        core.decorated,
+        core.decorated.__wrapped__,
+        core.add_two,
+        core.Shape.area,
+        core.Shape.unit,
+        core.Shape.make.__func__,
+        core.Shape.name.fget,
+    ):
+        assert instrumented(func), func
+    assert not instrumented(other.f)
+    assert not instrumented(importlib.import_module("json").dumps)
+    result, entered = record(core.decorated, 5)
+    assert result == 10
+    names = {instrumenter.registry.defs[e[1] - 1].qualname for e in entered}
+    assert names == {"decorate.<locals>.wrapper", "decorated"}
+
+
+def test_pyc_cache_keeps_the_original_code(package: Path, instrumenter: Instrumenter):
+    importlib.import_module("shopapp.core")
+    cached = Path(importlib.util.cache_from_source(str(package / "core.py")))
+    data = cached.read_bytes()
+    code = marshal.loads(data[16:])  # header: magic, flags, mtime, size
+    source = (package / "core.py").read_text()
+    assert code == compile(source, str(package / "core.py"), "exec", dont_inherit=True)
+
+
+def test_loader_keeps_its_type_and_resources_work(package: Path, instrumenter: Instrumenter):
+    core = importlib.import_module("shopapp.core")
+    assert isinstance(core.__loader__, importlib.machinery.SourceFileLoader)
+    assert type(core.__loader__) is not importlib.machinery.SourceFileLoader
+    text = importlib.resources.files("shopapp").joinpath("data.txt").read_text()
+    assert text == "resource"
+
+
+def test_sweep_swaps_modules_imported_before_start(package: Path):
+    core = importlib.import_module("shopapp.core")
+    early_adder = core.make_adder(5)  # a closure created before instrumentation
+    assert not instrumented(core.plain)
+    inst = Instrumenter(ModuleFilter(("shopapp.*",)), FunctionRegistry())
+    try:
+        assert inst.sweep() >= 8
+        assert instrumented(core.plain) and instrumented(early_adder)
+        assert instrumented(core.make_adder(1))  # nested code was swapped too
+        result, entered = record(early_adder, 1)
+        assert result == 6 and len(entered) == 1
+        inst.sweep()
+        assert inst.functions_instrumented == len(inst.registry.defs)  # no double rewrite
+    finally:
+        inst.uninstrument()
+    assert not instrumented(core.plain) and not instrumented(early_adder)
+    assert not instrumented(core.make_adder(1))
+    assert record(core.plain, 1) == (2, [])
+
+
+def test_profiler_and_protected_packages_are_never_instrumented():
+    wanted = ModuleFilter(("*",), ("shop.admin*",))
+    assert wanted("shop.views") and wanted("otherlib")
+    assert not wanted("shop.admin.views")
+    assert not wanted("profiler_host.hooks") and not wanted("profiler_core.model")
+    assert not wanted("json") and not wanted("asyncio.tasks") and not wanted("grpc")
+    explicit = ModuleFilter(("json", "json.*", "profiler_host.*"))
+    assert explicit("json.decoder") and explicit("json")
+    assert not explicit("profiler_host.hooks")
