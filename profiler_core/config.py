@@ -87,6 +87,10 @@ def positive_int(text: str) -> int:
     return value
 
 
+class InvalidOption(ValueError):
+    """A flag, env var or default that does not parse; the message names which."""
+
+
 def build_parser(prog: str, description: str, options: Sequence[Option]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     for option in options:
@@ -104,7 +108,8 @@ def resolve(
     args: argparse.Namespace,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Values by dest: flag if given, else env var, else default; parse errors name the source."""
+    """Values by dest: flag if given, else env var, else default; InvalidOption names the
+    source of a value that does not parse."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for option in options:
@@ -117,5 +122,5 @@ def resolve(
         try:
             values[option.dest] = option.parse(raw)
         except ValueError as exc:
-            raise SystemExit(f"invalid value for {source}: {exc}") from None
+            raise InvalidOption(f"invalid value for {source}: {exc}") from None
     return values

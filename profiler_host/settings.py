@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from profiler_core.config import (
     flag,
     non_negative_float,
     positive_int,
+    resolve,
     size,
 )
 from profiler_host.filters import parse_globs
@@ -87,26 +89,18 @@ class HostSettings:
         cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
     ) -> HostSettings:
         """Keyword options (already typed or as text) over env vars over defaults."""
-        environ = os.environ if environ is None else environ
         overrides = dict(overrides or {})
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unknown profiler option(s): {', '.join(sorted(unknown))}")
-        values: dict[str, Any] = {}
-        for option in OPTIONS:
-            given = overrides.get(option.dest)
-            if given is not None and not isinstance(given, str):
-                values[option.dest] = tuple(given) if isinstance(given, list) else given
-                continue
-            raw, source = given, f"{option.dest}="
-            if raw is None and option.env in environ:
-                raw, source = environ[option.env], option.env
-            if raw is None:
-                raw, source = option.default, f"the default of {option.flag}"
-            try:
-                values[option.dest] = option.parse(raw)
-            except ValueError as exc:
-                raise ValueError(f"invalid value for {source}: {exc}") from None
+        typed = {
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in overrides.items()
+            if v is not None and not isinstance(v, str)
+        }
+        texts = {k: v for k, v in overrides.items() if isinstance(v, str)}
+        given = argparse.Namespace(**{option.dest: texts.get(option.dest) for option in OPTIONS})
+        values = resolve(OPTIONS, given, environ) | typed
         if not values["service"]:
             values["service"] = os.path.basename(sys.argv[0] if sys.argv else "") or "python"
         return cls(**values)

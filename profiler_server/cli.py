@@ -6,7 +6,7 @@ import asyncio
 import logging
 import sys
 
-from profiler_core.config import build_parser, resolve
+from profiler_core.config import InvalidOption, build_parser, resolve
 from profiler_server.settings import OPTIONS, Settings
 
 
@@ -16,7 +16,10 @@ def parse(argv: list[str] | None = None) -> Settings:
         "Receives profiles from request-profiler hosts, stores call trees, exports metrics.",
         OPTIONS,
     )
-    return Settings.from_values(resolve(OPTIONS, parser.parse_args(argv)))
+    try:
+        return Settings.from_values(resolve(OPTIONS, parser.parse_args(argv)))
+    except InvalidOption as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -122,28 +122,19 @@ main()
 """
 
 
-def test_script_whole_process_records_every_call(server: ServerProcess, tmp_path: Path):
+def run_job(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
+    """The script under `profiler-host run --whole-process true OPTIONS`; it must succeed."""
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(SCRIPT))
-    done = subprocess.run(
-        host(
-            "--server",
-            server.target,
-            "--service",
-            "job",
-            "--whole-process",
-            "true",
-            "--",
-            sys.executable,
-            str(script),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    command = host("--whole-process", "true", *options, "--", sys.executable, str(script))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "total 20"
+    return done
+
+
+def test_script_whole_process_records_every_call(server: ServerProcess, tmp_path: Path):
+    run_job(tmp_path, "--server", server.target, "--service", "job")
     requests = eventually(lambda: stored_requests(server.http, service="job"), timeout=20)
     assert len(requests) == 1
     root = tree(server, requests[0]["id"])["lanes"][0]["root"]
@@ -161,27 +152,7 @@ def test_script_whole_process_records_every_call(server: ServerProcess, tmp_path
 
 def test_app_serves_normally_when_no_server_listens(tmp_path: Path):
     """A dead server costs nothing but dropped profiles: same answers, process exits fine."""
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    done = subprocess.run(
-        host(
-            "--server",
-            f"127.0.0.1:{free_port()}",
-            "--whole-process",
-            "true",
-            "--flush-timeout",
-            "500ms",
-            "--",
-            sys.executable,
-            str(script),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "total 20"
+    done = run_job(tmp_path, "--server", f"127.0.0.1:{free_port()}", "--flush-timeout", "500ms")
     assert "did not store everything" in done.stderr
 
 
