@@ -29,7 +29,7 @@ from profiler_server.storage.writer import Writer
 # (owner, attribute, stage); pipeline's own names, so the timers see what the worker calls
 STAGES = (
     (Session, "apply", "apply batch to session"),
-    (pipeline, "assemble", "assemble call tree"),
+    (pipeline, "assemble_all", "assemble call trees"),
     (pipeline, "summarize", "summarize: stacks, totals, tree"),
     (pipeline.Pipeline, "_finish", "finish request (all)"),
     (Writer, "write", "storage transaction"),
@@ -96,7 +96,7 @@ def run(db: str, batches: int, group: int) -> dict:
     events = feed.total_events
     finish = spent.pop("finish request (all)")
     spent["finish: tree bytes, rows"] = (
-        finish - spent["assemble call tree"] - spent["summarize: stacks, totals, tree"]
+        finish - spent["assemble call trees"] - spent["summarize: stacks, totals, tree"]
     )
     spent["other"] = total - sum(spent.values())
     figures = {

@@ -4,6 +4,13 @@ Each hook swallows `Exception` (counted, logged once) so user code never sees on
 `BaseException` (KeyboardInterrupt from a signal handler) passes through unchanged.
 A token is `(lane, function id, call id)` for plain calls and a list with a fourth item,
 "suspended", for generators and coroutines.
+
+A frame that gives control away through `await`/`yield from` runs no hook then (nothing
+may stand between SEND and YIELD_VALUE), so its suspension is recorded when it resumes,
+and the outermost frame of an await chain resumes first. To keep each lane's events
+nested, `_RUNNING` lists per lane the resumable calls its events show running; when a hook
+runs for one of them, the calls above it there are in fact suspended and get their SUSPEND
+first.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ class Gate(list):
 
 ACTIVE = Gate()
 errors = [0]  # hook failures since start
+# lane -> tokens of the resumable calls its events show running, oldest first; a lane's
+# entry goes when its list empties (tokens never hold the list)
+_RUNNING: dict[recording.Lane, list[list]] = {}
 
 
 def _failed() -> None:
@@ -72,19 +82,62 @@ def enter(lane: recording.Lane, fid: int) -> tuple | None:
 
 def enter_resumable(lane: recording.Lane, fid: int) -> list | None:
     token = enter(lane, fid)
-    return None if token is None else [*token, False]
+    if token is None:
+        return None
+    token = [*token, False]
+    try:
+        _running_push(token)
+    except Exception:
+        _failed()
+    return token
+
+
+def _running_push(token: list) -> None:
+    running = _RUNNING.get(token[0])
+    if running is None:
+        _RUNNING[token[0]] = [token]
+    elif token not in running:
+        running.append(token)
+
+
+def _running_pop(token: list, since: int) -> None:
+    """Takes `token` off its lane's running calls; those above it (awaits that gave
+    control away without a hook) are suspended since `since` and recorded so first."""
+    lane = token[0]
+    running = _RUNNING.get(lane)
+    if running is None or token not in running:
+        return
+    while running[-1] is not token:
+        above = running.pop()
+        above[3] = True  # its own resume hook records only the RESUME
+        lane.append((SUSPEND, above[1], above[2], since))
+    running.pop()
+    if not running:
+        _RUNNING.pop(lane, None)
+
+
+def _since(lane: recording.Lane, now: int) -> int:
+    """When a frame that gave control away without a hook stopped: at the lane's last event."""
+    events = lane.events
+    return events[-1][3] if events else now
 
 
 def exit(token: tuple | list) -> None:
     try:
-        token[0].append((EXIT, token[1], token[2], monotonic_ns()))
+        now = monotonic_ns()
+        if token.__class__ is list:
+            _running_pop(token, _since(token[0], now))
+        token[0].append((EXIT, token[1], token[2], now))
     except Exception:
         _failed()
 
 
 def exit_exception(token: tuple | list, exc: BaseException) -> None:
     try:
-        token[0].append((EXIT_EXCEPTION, token[1], token[2], monotonic_ns()))
+        now = monotonic_ns()
+        if token.__class__ is list:
+            _running_pop(token, _since(token[0], now))
+        token[0].append((EXIT_EXCEPTION, token[1], token[2], now))
     except Exception:
         _failed()
 
@@ -95,6 +148,8 @@ def suspend(token: list) -> None:
         now = monotonic_ns()
         if token[3]:  # a throw() caught inside the generator resumed it without a hook
             append((RESUME, token[1], token[2], now))
+        else:
+            _running_pop(token, _since(token[0], now))
         append((SUSPEND, token[1], token[2], now))
         token[3] = True
     except Exception:
@@ -105,24 +160,27 @@ def resume(token: list) -> None:
     try:
         token[0].append((RESUME, token[1], token[2], monotonic_ns()))
         token[3] = False
+        _running_push(token)
     except Exception:
         _failed()
 
 
 def resume_delegated(token: list) -> None:
     """After `yield from`/`await` gave control away: the frame was suspended since the
-    lane's last event (the delegate's own yield, when it is instrumented). A frame still
-    marked suspended was thrown into at a plain yield (aclose(), athrow(), cancellation)
-    and awaited while handling it: its SUSPEND is already recorded."""
+    lane's last event (the delegate's own yield, when it is instrumented). A frame marked
+    suspended already has its SUSPEND recorded: it was thrown into at a plain yield
+    (aclose(), athrow()) and awaited while handling that, or it is the inner part of an
+    await chain whose outer frame resumed first (see `_RUNNING`)."""
     try:
         lane = token[0]
         now = monotonic_ns()
         if not token[3]:
-            events = lane.events
-            since = events[-1][3] if events else now
+            since = _since(lane, now)
+            _running_pop(token, since)
             lane.append((SUSPEND, token[1], token[2], since))
         lane.append((RESUME, token[1], token[2], now))
         token[3] = False
+        _running_push(token)
     except Exception:
         _failed()
 

@@ -20,17 +20,17 @@ from sqlalchemy import Engine
 
 from profiler_core import __version__
 from profiler_core.wire import ingest_pb2
-from profiler_core.wire.columns import MalformedEvents
 from profiler_server.assembly import problems as P
-from profiler_server.assembly.builder import assemble
-from profiler_server.assembly.flatten import CALLS, SELF, summarize
+from profiler_server.assembly.events import MalformedEvents
+from profiler_server.assembly.flatten import summarize
+from profiler_server.assembly.group import assemble_all
 from profiler_server.assembly.pending import PendingRequest
 from profiler_server.assembly.session import SeqTracker, Session
 from profiler_server.metrics.health import ServerHealth
 from profiler_server.metrics.profiles import ProfileMetrics
 from profiler_server.settings import Settings
 from profiler_server.storage import recovery, retention
-from profiler_server.storage.writer import StoredRequest, Writer, WriteSet
+from profiler_server.storage.writer import StoredRequests, Writer, WriteSet
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +177,9 @@ class Pipeline:
                 self._closed(item, group, now)
         self._tick(group, now, problems)
         for session in group.sessions.values():
-            for pending in session.complete():
-                self._finish(session, pending, group, problems)
+            complete = session.complete()
+            if complete:
+                self._finish(session, complete, group, problems)
         for session, seq, raw in group.batches:
             payload = raw if session.holds_open(seq) else None
             if payload is not None:
@@ -194,7 +195,7 @@ class Pipeline:
         self._commit(group, problems)
 
     def _commit(self, group: _Group, problems: Counter) -> None:
-        stored: list[StoredRequest] = []
+        stored = StoredRequests.empty()
         if group.ws:
             started = time.perf_counter()
             try:
@@ -207,8 +208,8 @@ class Pipeline:
             finally:
                 self.health.write_seconds.observe(time.perf_counter() - started)
         self.profiles.record(stored, self.names)
-        for item in stored:
-            self.health.count_stored(item.row["service"], item.row["truncated"])
+        for row in stored.rows:
+            self.health.count_stored(row["service"], row["truncated"])
         for service, req_drops, event_drops in group.drops:
             self.health.count_host_drops(service, req_drops, event_drops)
         self.health.count_problems(problems)
@@ -350,32 +351,31 @@ class Pipeline:
 
     # --- finishing requests ----------------------------------------------------------------------
     def _finish(
-        self, session: Session, pending: PendingRequest, group: _Group, problems: Counter
+        self, session: Session, pendings: list[PendingRequest], group: _Group, problems: Counter
     ) -> None:
-        main_name = f"{pending.method} {pending.route}".strip() or f"request {pending.request_id}"
-        request = assemble(session.id, pending, problems, main_name)
-        flat = summarize(request, session.interner, problems)
+        forest = assemble_all(session.id, pendings, problems)
+        summary = summarize(forest, session.interner, problems)
         hello = session.hello
-        row = {
-            "id": request.key,
-            "session_id": session.id,
-            "service": session.service,
-            "route": request.route or "(none)",
-            "method": request.method,
-            "status": request.status,
-            "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
-            "duration_ns": request.end - request.start,
-            "truncated": request.truncated,
-            "calls": request.calls,
-            "events": request.events,
-        }
-        ids, sigs = session.interner.ids, session.interner.signatures
-        stacks = [(ids[s], sigs[s], v[SELF], v[CALLS]) for s, v in flat.stacks.items()]
-        group.ws.requests.append(
-            StoredRequest(row, flat.tree.SerializeToString(), flat.functions, stacks)
-        )
-        released = session.finish(pending)
-        group.ws.release.extend((session.id, seq) for seq in released)
+        rows = [
+            {
+                "id": request.key,
+                "session_id": session.id,
+                "service": session.service,
+                "route": request.route or "(none)",
+                "method": request.method,
+                "status": request.status,
+                "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
+                "duration_ns": request.end - request.start,
+                "truncated": request.truncated,
+                "calls": calls,
+                "events": request.events,
+            }
+            for request, calls in zip(forest.requests, forest.calls(), strict=True)
+        ]
+        group.ws.requests.append(StoredRequests.of(rows, summary))
+        for pending in pendings:
+            released = session.finish(pending)
+            group.ws.release.extend((session.id, seq) for seq in released)
 
     def _finish_all(
         self,
@@ -385,10 +385,12 @@ class Pipeline:
         reason: str,
         pendings: list[PendingRequest] | None = None,
     ) -> None:
-        for pending in list(session.pending.values()) if pendings is None else pendings:
+        pendings = list(session.pending.values()) if pendings is None else pendings
+        for pending in pendings:
             problems[reason] += 1
             pending.host_truncated = True
-            self._finish(session, pending, group, problems)
+        if pendings:
+            self._finish(session, pendings, group, problems)
 
     # --- periodic work -------------------------------------------------------------------------
     def _tick(self, group: _Group, now: float, problems: Counter) -> None:

@@ -9,13 +9,19 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from profiler_core.model import EventKind, LaneKind, Outcome
-from profiler_core.wire.columns import Run
+from profiler_core.wire import tree_pb2
 from profiler_server.assembly import calltree as C
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.builder import assemble
 from profiler_server.assembly.calltree import AssembledRequest
-from profiler_server.assembly.flatten import (
+from profiler_server.assembly.events import Run
+from profiler_server.assembly.flatten import StackInterner, summarize
+from profiler_server.assembly.forest import Forest
+from profiler_server.assembly.pending import LaneInfo, PendingRequest
+from profiler_server.assembly.totals import (
     ACTIVE,
     AWAIT,
     CALLS,
@@ -24,11 +30,7 @@ from profiler_server.assembly.flatten import (
     READY,
     SELF,
     TOTAL,
-    FlatRequest,
-    StackInterner,
-    summarize,
 )
-from profiler_server.assembly.pending import LaneInfo, PendingRequest
 
 ENTER, EXIT, RAISE = EventKind.ENTER, EventKind.EXIT, EventKind.EXIT_EXCEPTION
 SUSPEND, RESUME, READY_EV = EventKind.SUSPEND, EventKind.RESUME, EventKind.READY
@@ -44,10 +46,10 @@ def run(lane: int, *events: tuple[EventKind, int, int, int], request_id: int = 1
     return Run(
         request_id,
         lane,
-        bytes(int(e[0]) for e in events),
-        [e[1] for e in events],
-        [e[2] for e in events],
-        [e[3] for e in events],
+        np.array([int(e[0]) for e in events], dtype=np.uint8),
+        np.array([e[1] for e in events], dtype=np.int64),
+        np.array([e[2] for e in events], dtype=np.uint64),
+        np.array([e[3] for e in events], dtype=np.int64),
     )
 
 
@@ -159,8 +161,26 @@ def calls(assembled: AssembledRequest) -> dict[int, Node]:
     return found
 
 
-def flat(assembled: AssembledRequest, problems: Counter | None = None) -> FlatRequest:
-    return summarize(assembled, StackInterner(NAMES_BY_ID.get), problems or Counter())
+@dataclass
+class Flat:
+    """A request's summary, read back: stored tree, totals per stack and per function."""
+
+    tree: tree_pb2.StoredTree
+    stacks: dict[str, list[int]]  # signature -> totals
+    functions: dict[int, list[int]]  # function id -> totals
+
+
+def flat(assembled: AssembledRequest) -> Flat:
+    summary = summarize(Forest.of_trees([assembled]), StackInterner(NAMES_BY_ID.get), Counter())
+    stacks, functions = summary.stacks, summary.functions
+    return Flat(
+        tree_pb2.StoredTree.FromString(summary.trees[0]),
+        {
+            summary.signatures[key]: values
+            for key, values in zip(stacks.key.tolist(), stacks.values.T.tolist(), strict=True)
+        },
+        dict(zip(functions.key.tolist(), functions.values.T.tolist(), strict=True)),
+    )
 
 
 def fn(node: Node) -> str:
@@ -409,9 +429,7 @@ def test_a_spawned_lanes_stacks_extend_its_spawning_nodes_stack() -> None:
             lanes=lanes,
         )
     )
-    interner = StackInterner(NAMES_BY_ID.get)
-    result = summarize(req, interner, Counter())
-    signatures = {interner.signatures[s]: [v[SELF], v[CALLS]] for s, v in result.stacks.items()}
+    signatures = {sig: [v[SELF], v[CALLS]] for sig, v in flat(req).stacks.items()}
     assert signatures == {"app:f": [90, 1], "app:f;app:h": [20, 1]}
 
 

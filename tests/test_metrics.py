@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,10 +19,11 @@ from profiler_core.model import EventKind
 from profiler_core.stacks import ELISION, MAX_LABEL_BYTES, SEPARATOR, label_value
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
+from profiler_server.assembly.totals import Totals
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
 from profiler_server.metrics.profiles import OTHER, ProfileMetrics, TopK
 from profiler_server.storage.retention import delete_expired
-from profiler_server.storage.writer import StoredRequest
+from profiler_server.storage.writer import StoredRequests
 
 ENTER = int(EventKind.ENTER)
 EXIT = int(EventKind.EXIT)
@@ -277,8 +279,15 @@ def test_route_service_and_function_labels_are_bounded() -> None:
     function = "m:" + "ф" * 1500
     row = {"service": service, "route": long_route, "duration_ns": 1_000_000}
     totals = [1, 500, 400, 500, 0, 0, 500, 500]
-    stored = StoredRequest(row, b"", {7: totals}, [(1, function, 400, 1)])
-    metrics.record([stored], {7: function})
+    one = np.zeros(1, dtype=np.int64)
+    stored = StoredRequests(
+        [row],
+        [b""],
+        Totals(one, one + 1, np.array([totals], dtype=np.int64).T),
+        Totals(one, one + 7, np.array([totals], dtype=np.int64).T),
+        {1: function},
+    )
+    metrics.record(stored, {7: function})
     samples = [s for family in registry.collect() for s in family.samples]
     values = {k: v for s in samples for k, v in s.labels.items() if k != "le"}
     assert {"service", "route", "stack", "function"} <= values.keys()

@@ -1,8 +1,9 @@
-"""Rebuilds a request's call tree, lane by lane, from its enter/exit/suspend/resume events.
+"""Rebuilds one request's call tree, lane by lane, from its enter/exit/suspend/resume events.
 
-The common path (a call entered and left on top of its lane's stack) is one tight loop
-over the event columns; everything unusual goes through `_Repairs`, which repairs what it
-can and counts every repair by reason in `problems`.
+The general path: requests with several lanes, suspensions or bad input (well-nested ones
+are assembled in bulk by `nested.py`). The common case (a call entered and left on top of
+its lane's stack) is one tight loop over the event columns; everything unusual goes through
+`_Repairs`, which repairs what it can and counts every repair by reason in `problems`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import repeat
 from operator import itemgetter
+
+import numpy as np
 
 from profiler_core.model import MAIN_LANE, EventKind, LaneKind, Outcome
 from profiler_server.assembly import problems as P
@@ -50,28 +53,20 @@ class _Lane:
 
 def _columns(
     pending: PendingRequest,
-) -> tuple[bytes | bytearray, list[int], list[int], list[int], list[int] | None]:
+) -> tuple[bytes, list[int], list[int], list[int], list[int] | None]:
     """The request's events as flat columns in seq order; lane per event unless all are main."""
     runs = [run for _, run in sorted(pending.runs, key=itemgetter(0))]
-    only_main = all(run.lane_id == MAIN_LANE for run in runs)
-    if len(runs) == 1 and only_main:  # the common case: nothing to copy
-        run = runs[0]
-        return run.kinds, run.functions, run.calls, run.times, None
-    kinds = bytearray()
-    functions: list[int] = []
-    calls: list[int] = []
-    times: list[int] = []
-    for run in runs:
-        kinds += run.kinds
-        functions += run.functions
-        calls += run.calls
-        times += run.times
-    if only_main:
+    if not runs:
+        return b"", [], [], [], None
+    kinds = np.concatenate([run.kinds for run in runs]).tobytes()
+    functions, calls, times = (
+        np.concatenate(columns).tolist()
+        for columns in zip(*((run.functions, run.calls, run.times) for run in runs), strict=True)
+    )
+    if all(run.lane_id == MAIN_LANE for run in runs):
         return kinds, functions, calls, times, None
-    lanes: list[int] = []
-    for run in runs:
-        lanes += [run.lane_id] * len(run.kinds)
-    return kinds, functions, calls, times, lanes
+    lanes = np.repeat([run.lane_id for run in runs], [len(run.kinds) for run in runs])
+    return kinds, functions, calls, times, lanes.tolist()
 
 
 class _Repairs:

@@ -45,7 +45,9 @@ class CallTree:
 
 
 @dataclass
-class AssembledRequest:
+class RequestMeta:
+    """What is known of an assembled request besides its calls."""
+
     session_id: str
     request_id: int
     route: str
@@ -55,12 +57,18 @@ class AssembledRequest:
     end: int
     truncated: bool
     events: int
-    tree: CallTree
 
     @property
     def key(self) -> str:
         """Globally unique id: the host session's UUID plus the host's request number."""
         return f"{self.session_id}-{self.request_id}"
+
+
+@dataclass
+class AssembledRequest(RequestMeta):
+    """One request assembled on its own (the general path, which repairs bad input)."""
+
+    tree: CallTree
 
     @property
     def calls(self) -> int:

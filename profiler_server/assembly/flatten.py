@@ -1,19 +1,35 @@
-"""Turns an assembled tree into what is stored and aggregated: the stored tree columns,
-per-stack totals and per-function totals (the latter derived from the former)."""
+"""Turns a forest of assembled requests into what is stored and aggregated: each request's
+stored tree, and totals per (request, stack) and per (request, function).
+
+Every node's stack is interned level by level (all nodes one call deeper at a time), so a
+request of any size costs a few NumPy passes per level of depth, not Python per node."""
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from operator import sub
+from dataclasses import dataclass
+
+import numpy as np
 
 from profiler_core.stacks import SEPARATOR
-from profiler_core.wire import tree_pb2
-from profiler_server.assembly import calltree as C
 from profiler_server.assembly import problems as P
-from profiler_server.assembly.calltree import LANE_ROOT, AssembledRequest
+from profiler_server.assembly.calltree import LANE_ROOT
+from profiler_server.assembly.forest import Forest
+from profiler_server.assembly.stored import stored_trees
+from profiler_server.assembly.totals import (
+    ACTIVE,
+    AWAIT,
+    CALLS,
+    MAX,
+    MAX_SLICE,
+    READY,
+    SELF,
+    TOTAL,
+    WIDTH,
+    Totals,
+)
 
 
 def stable_id(text: str) -> int:
@@ -22,6 +38,18 @@ def stable_id(text: str) -> int:
 
 
 Resolver = Callable[[int], tuple[int, str] | None]  # session function id -> (global id, name)
+_FUNCTION_BITS = 32  # session function ids are uint32
+
+
+@dataclass
+class StackColumns:
+    """Per interned stack, as arrays: stable id, leaf function (dense number; its global id
+    is `functions[number]`), and whether that function is not already lower on the stack."""
+
+    ids: np.ndarray
+    leaf: np.ndarray
+    outermost: np.ndarray
+    functions: np.ndarray
 
 
 class StackInterner:
@@ -29,17 +57,23 @@ class StackInterner:
 
     def __init__(self, resolve: Resolver) -> None:
         self._resolve = resolve
-        self.index: dict[tuple[int, int], int] = {}
+        self.index: dict[int, int] = {}  # parent stack << 32 | session function id -> stack
         self.signatures: list[str] = [""]
         self.ids: list[int] = [0]  # stable_id(signature)
-        self.leaf: list[int] = [0]  # global function id of the leaf frame
+        self.leaf: list[int] = [0]  # dense number of the leaf frame's global function id
         self.outermost: list[bool] = [False]  # leaf function not already on the stack
+        self.functions: list[int] = [0]  # dense number -> global function id
+        self._numbers: dict[int, int] = {0: 0}  # global function id -> dense number
         self._frames: list[frozenset[int]] = [frozenset()]
         self.names: dict[int, str] = {}  # session function id -> name
         self.unknown = 0  # stacks whose leaf function was never defined
+        self._keys = np.zeros(0, dtype=np.int64)  # sorted keys of `index`
+        self._stacks = np.zeros(0, dtype=np.int64)
+        self._columns: StackColumns | None = None
 
     def child(self, parent: int, fid: int) -> int:
-        found = self.index.get((parent, fid))
+        key = parent << _FUNCTION_BITS | fid
+        found = self.index.get(key)
         if found is not None:
             return found
         resolved = self._resolve(fid)
@@ -49,138 +83,122 @@ class StackInterner:
         gid, name = resolved
         self.names[fid] = name
         sig = name if parent == 0 else self.signatures[parent] + SEPARATOR + name
-        index = self.index[(parent, fid)] = len(self.signatures)
+        index = self.index[key] = len(self.signatures)
         self.signatures.append(sig)
         self.ids.append(stable_id(sig))
-        self.leaf.append(gid)
+        self.leaf.append(self._numbers.setdefault(gid, len(self._numbers)))
+        if len(self.functions) < len(self._numbers):
+            self.functions.append(gid)
         self.outermost.append(gid not in self._frames[parent])
         self._frames.append(self._frames[parent] | {gid})
+        self._columns = None
         return index
 
+    def lookup(self, parents: np.ndarray, fids: np.ndarray) -> np.ndarray:
+        """The stacks of many (parent stack, function id) pairs; new ones are interned."""
+        keys = parents << _FUNCTION_BITS | fids
+        at = np.searchsorted(self._keys, keys)
+        known = at < len(self._keys)
+        known[known] = self._keys[at[known]] == keys[known]
+        if not known.all():
+            new = np.unique(keys[~known])
+            mask = (1 << _FUNCTION_BITS) - 1
+            stacks = [self.child(k >> _FUNCTION_BITS, k & mask) for k in new.tolist()]
+            place = np.searchsorted(self._keys, new)
+            self._keys = np.insert(self._keys, place, new)
+            self._stacks = np.insert(self._stacks, place, stacks)
+            at = np.searchsorted(self._keys, keys)
+        return self._stacks[at]
 
-# Per stack and per function: calls, total wall (outermost calls only), self, active,
-# await, ready, longest call, longest active slice.
-CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE = range(8)
+    def columns(self) -> StackColumns:
+        if self._columns is None:
+            self._columns = StackColumns(
+                np.array(self.ids, dtype=np.int64),
+                np.array(self.leaf, dtype=np.int64),
+                np.array(self.outermost, dtype=bool),
+                np.array(self.functions, dtype=np.int64),
+            )
+        return self._columns
+
+
+def _depths(forest: Forest, up: np.ndarray) -> np.ndarray:
+    """Calls above each node (a spawned lane's root counts its spawner's), by pointer jumping."""
+    depth = (forest.function != LANE_ROOT).astype(np.int64)
+    above = up.copy()
+    pending = np.flatnonzero(above >= 0)
+    while len(pending):
+        depth[pending] += depth[above[pending]]
+        above[pending] = above[above[pending]]
+        pending = pending[above[pending] >= 0]
+    return depth
+
+
+def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
+    """Every node's interned stack; a lane's root has its spawning call's (or the empty one)."""
+    up = forest.parent.copy()  # a spawned lane's root hangs from its spawning call
+    for base, lanes in zip(forest.offsets.tolist(), forest.lanes, strict=False):
+        for lane in lanes:
+            if lane.parent_node is not None:
+                up[base + lane.root] = base + lane.parent_node
+    root = forest.function == LANE_ROOT
+    level = _depths(forest, up) * 2 + root  # at each depth, calls before lane roots
+    order = np.argsort(level, kind="stable")
+    bounds = np.flatnonzero(np.diff(level[order])) + 1
+    stack = np.zeros(len(forest), dtype=np.int64)
+    for nodes in np.split(order, bounds):
+        if root[nodes[0]]:
+            spawner = up[nodes]
+            stack[nodes] = np.where(spawner >= 0, stack[np.maximum(spawner, 0)], 0)
+        else:
+            parents = stack[forest.parent[nodes]]
+            stack[nodes] = interner.lookup(parents, forest.function[nodes])
+    return stack
+
+
+def _node_values(forest: Forest, calls: np.ndarray) -> np.ndarray:
+    """Totals columns for each call on its own (see totals.py for the layout)."""
+    wall = forest.end[calls] - forest.start[calls]
+    values = np.zeros((WIDTH, len(calls)), dtype=np.int64)
+    values[CALLS] = 1
+    values[SELF] = forest.self_ns[calls]
+    for column in (TOTAL, ACTIVE, MAX, MAX_SLICE):
+        values[column] = wall
+    at = np.searchsorted(calls, forest.extra_node)  # calls that suspended
+    for column, extra in zip((ACTIVE, AWAIT, READY, MAX_SLICE), forest.extras, strict=False):
+        values[column, at] = extra
+    return values
 
 
 @dataclass
-class FlatRequest:
-    tree: tree_pb2.StoredTree
-    stacks: dict[int, list[int]] = field(default_factory=dict)  # interned stack -> totals
-    functions: dict[int, list[int]] = field(default_factory=dict)  # global function id -> totals
+class Summary:
+    """What a forest's requests store and export, per request index in the forest."""
+
+    trees: list[bytes]  # serialized StoredTree
+    stacks: Totals  # key: stack id (stable_id of its signature)
+    functions: Totals  # key: global function id; TOTAL counts outermost calls only
+    signatures: dict[int, str]  # stack id -> signature, for the stacks in `stacks`
 
 
-def summarize(request: AssembledRequest, interner: StackInterner, problems: Counter) -> FlatRequest:
-    tree = request.tree
-    fn, par, st, en, sf = tree.function, tree.parent, tree.start, tree.end, tree.self_ns
-    extras = tree.extras
-    n = len(fn)
-    stack_of = [0] * n
-    lane_base = {lane.root: lane.parent_node for lane in tree.lanes if lane.parent_node is not None}
-    index = interner.index
-    child = interner.child
+def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Summary:
     unknown_before = interner.unknown
-    totals: dict[int, list[int]] = {}
-    for i, f, p, started, ended, self_ns in zip(range(n), fn, par, st, en, sf, strict=True):
-        if f == LANE_ROOT:
-            spawner = lane_base.get(i)
-            stack_of[i] = 0 if spawner is None else stack_of[spawner]
-            continue
-        parent_stack = stack_of[p]
-        s = index.get((parent_stack, f)) or child(parent_stack, f)
-        stack_of[i] = s
-        wall = ended - started
-        agg = totals.get(s)
-        if agg is None:
-            agg = totals[s] = [0, 0, 0, 0, 0, 0, 0, 0]
-        agg[CALLS] += 1
-        agg[TOTAL] += wall
-        agg[SELF] += self_ns
-        if wall > agg[MAX]:
-            agg[MAX] = wall
-        if extras and i in extras:
-            extra = extras[i]
-            agg[ACTIVE] += extra[C.ACTIVE] - wall
-            agg[AWAIT] += extra[C.AWAIT]
-            agg[READY] += extra[C.READY]
-            if extra[C.MAX_SLICE] > agg[MAX_SLICE]:
-                agg[MAX_SLICE] = extra[C.MAX_SLICE]
-        elif wall > agg[MAX_SLICE]:
-            agg[MAX_SLICE] = wall
-    for agg in totals.values():
-        agg[ACTIVE] += agg[TOTAL]  # a call that never suspended was active all along
+    stack = _stacks(forest, interner)
+    calls = np.flatnonzero(forest.function != LANE_ROOT)
+    owner = forest.owner()[calls]
+    per_stack = Totals.grouped(owner, stack[calls], _node_values(forest, calls))
+    columns = interner.columns()
+    values = per_stack.values.copy()
+    values[TOTAL] *= columns.outermost[per_stack.key]  # recursion: count the outermost call
+    per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
+    per_function.key = columns.functions[per_function.key]
+    signatures = interner.signatures
+    used = np.unique(per_stack.key).tolist()
+    ids = columns.ids
+    per_stack.key = ids[per_stack.key]
     if interner.unknown > unknown_before:
         problems[P.UNKNOWN_FUNCTION] += interner.unknown - unknown_before
-    return FlatRequest(_stored_tree(request, interner), totals, _function_totals(totals, interner))
-
-
-def _function_totals(stacks: dict[int, list[int]], interner: StackInterner) -> dict[int, list[int]]:
-    functions: dict[int, list[int]] = {}
-    for s, agg in stacks.items():
-        gid = interner.leaf[s]
-        out = functions.get(gid)
-        if out is None:
-            out = functions[gid] = [0, 0, 0, 0, 0, 0, 0, 0]
-        # recursion: only the outermost calls count in TOTAL
-        add_totals(out, agg, with_total=interner.outermost[s])
-    return functions
-
-
-def add_totals(into: list[int], more: list[int], with_total: bool = True) -> None:
-    """Adds one totals list (layout above) into another: sums, and the larger maxima."""
-    into[CALLS] += more[CALLS]
-    if with_total:
-        into[TOTAL] += more[TOTAL]
-    into[SELF] += more[SELF]
-    into[ACTIVE] += more[ACTIVE]
-    into[AWAIT] += more[AWAIT]
-    into[READY] += more[READY]
-    if more[MAX] > into[MAX]:
-        into[MAX] = more[MAX]
-    if more[MAX_SLICE] > into[MAX_SLICE]:
-        into[MAX_SLICE] = more[MAX_SLICE]
-
-
-def _stored_tree(request: AssembledRequest, interner: StackInterner) -> tree_pb2.StoredTree:
-    tree = request.tree
-    stored = tree_pb2.StoredTree()
-    names: dict[str, int] = {}
-    name_of_fid = {
-        f: names.setdefault(interner.names[f], len(names))
-        for f in set(tree.function)
-        if f != LANE_ROOT
-    }
-    lane_names = {lane.root: names.setdefault(lane.name, len(names)) for lane in tree.lanes}
-    name_of_fid[LANE_ROOT] = 0
-    functions = [name_of_fid[f] for f in tree.function]
-    for root, name in lane_names.items():
-        functions[root] = name
-    stored.functions.extend(names)
-    t0 = request.start
-    stored.parent.extend(tree.parent)
-    stored.function.extend(functions)
-    starts = tree.start
-    stored.start_delta_ns.extend(map(sub, starts, [t0, *starts[:-1]]))
-    stored.duration_ns.extend(map(sub, tree.end, starts))
-    stored.self_ns.extend(tree.self_ns)
-    for node in sorted(tree.extras):
-        extra = tree.extras[node]
-        stored.suspended_node.append(node)
-        stored.active_ns.append(extra[C.ACTIVE])
-        stored.await_ns.append(extra[C.AWAIT])
-        stored.ready_ns.append(extra[C.READY])
-        stored.max_slice_ns.append(extra[C.MAX_SLICE])
-        stored.suspensions.append(extra[C.SUSPENSIONS])
-    outcomes = sorted(tree.outcomes.items())
-    stored.outcome_node.extend(node for node, _ in outcomes)
-    stored.outcome = bytes(outcome for _, outcome in outcomes)
-    for lane in tree.lanes:
-        stored.lanes.add(
-            id=str(lane.lane_id),
-            kind=lane.kind,
-            name=lane.name,
-            root=lane.root,
-            parent_lane=-1 if lane.parent_lane is None else lane.parent_lane,
-            parent_node=-1 if lane.parent_node is None else lane.parent_node,
-        )
-    return stored
+    return Summary(
+        stored_trees(forest, interner.names.__getitem__),
+        per_stack,
+        per_function,
+        {interner.ids[s]: signatures[s] for s in used},
+    )

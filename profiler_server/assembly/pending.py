@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler_core.model import LaneKind
-from profiler_core.wire.columns import Run
+from profiler_server.assembly.events import Run
 
 
 @dataclass(slots=True)
@@ -37,3 +37,8 @@ class PendingRequest:
     @property
     def ended(self) -> bool:
         return self.end_ns is not None
+
+    @property
+    def main_name(self) -> str:
+        """The name of the request's main lane (its root node)."""
+        return f"{self.method} {self.route}".strip() or f"request {self.request_id}"

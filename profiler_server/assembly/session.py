@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from profiler_core.model import LaneKind, function_name
 from profiler_core.wire import ingest_pb2
-from profiler_core.wire.columns import MalformedEvents, Run, read_runs
 from profiler_server.assembly import problems as P
+from profiler_server.assembly.events import MAX_NS, MalformedEvents, read_runs
 from profiler_server.assembly.flatten import StackInterner, stable_id
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
 
@@ -21,22 +21,19 @@ RECENTLY_FINISHED = 100_000  # request ids remembered to recognise late events
 
 # What the store can hold. A value beyond these would fail the whole storage transaction,
 # and with it every other session's batches in it, so they are checked (or cut) here.
-MAX_NS = 2**62  # monotonic ns are non-negative; below this, differences and wall times fit
 MAX_SEQ = 2**62
 MAX_ROUTE = 500  # requests.route
 MAX_METHOD = 16  # requests.method
 MAX_LINE = 2**31 - 1  # functions.line
 
 
-def _check_ranges(batch: ingest_pb2.Batch, runs: list[Run]) -> None:
-    """Raises MalformedEvents for numbers the store cannot hold."""
+def _check_ranges(batch: ingest_pb2.Batch) -> None:
+    """Raises MalformedEvents for numbers the store cannot hold (event times: read_runs)."""
     if not 0 < batch.seq < MAX_SEQ:
         raise MalformedEvents(f"seq {batch.seq} out of range")
     times = [x.start_ns for x in batch.request_starts]
     times += [x.end_ns for x in batch.request_ends]
     times += [x.start_ns for x in batch.lanes]
-    for run in runs:
-        times += (min(run.times), max(run.times))
     if times and not (min(times) >= 0 and max(times) < MAX_NS):
         raise MalformedEvents("timestamps out of range")
 
@@ -115,8 +112,8 @@ class Session:
     def apply(self, batch: ingest_pb2.Batch, now: float, problems: Counter) -> Applied:
         """Adds a batch's records and events to the open requests (columns already validated)."""
         seq = batch.seq
-        runs = list(read_runs(batch.events))  # validates before anything changes
-        _check_ranges(batch, runs)
+        runs = read_runs(batch.events)  # validates before anything changes
+        _check_ranges(batch)
         applied = Applied()
         for f in batch.functions:
             name = function_name(f.module, f.qualname)

@@ -8,7 +8,7 @@ Stack labels are bounded per service: a sticky top-k plus `stack="(other)"`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from operator import add
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from profiler_core.stacks import cap_label, label_value
-from profiler_server.assembly.flatten import (
+from profiler_server.assembly.totals import (
     ACTIVE,
     AWAIT,
     CALLS,
@@ -26,7 +26,7 @@ from profiler_server.assembly.flatten import (
     SELF,
     TOTAL,
 )
-from profiler_server.storage.writer import StoredRequest
+from profiler_server.storage.writer import StoredRequests
 
 OTHER = "(other)"
 NS = 1e-9
@@ -111,16 +111,22 @@ class ProfileMetrics(Collector):
         )
         registry.register(self)
 
-    def record(self, stored: Iterable[StoredRequest], names: dict[int, str]) -> None:
+    def record(self, stored: StoredRequests, names: dict[int, str]) -> None:
         """Adds stored requests; `names` maps function ids to `module:qualname`."""
         with self._lock:
-            for item in stored:
-                service = cap_label(item.row["service"])
-                route = self._route(service, cap_label(item.row["route"]))
-                self.durations.labels(service, route).observe(item.row["duration_ns"] * NS)
-                self._add_stacks(service, route, item.stacks)
-                self._add_functions(service, item.functions, names)
+            routes, route_of = stored.regroup(self._labels_of)
+            for row, r in zip(stored.rows, route_of.tolist(), strict=True):
+                self.durations.labels(*routes[r]).observe(row["duration_ns"] * NS)
+            for r, sid, values in stored.stacks.regroup(route_of).rows((SELF, CALLS)):
+                self._add_stack(*routes[r], stored.signatures[sid], values)
+            services, service_of = stored.regroup(lambda row: (cap_label(row["service"]),))
+            for s, fid, totals in stored.functions.regroup(service_of).rows():
+                self._add_function(services[s][0], self._function_label(fid, names), totals)
             self._prune()
+
+    def _labels_of(self, row: dict) -> tuple[str, str]:
+        service = cap_label(row["service"])
+        return service, self._route(service, cap_label(row["route"]))
 
     def _route(self, service: str, route: str) -> str:
         routes = self._routes.setdefault(service, set())
@@ -148,35 +154,27 @@ class ProfileMetrics(Collector):
             self._function_labels[fid] = found
         return found
 
-    def _add_stacks(
-        self, service: str, route: str, stacks: list[tuple[int, str, int, int]]
-    ) -> None:
+    def _add_stack(self, service: str, route: str, signature: str, values: list[int]) -> None:
+        """values: [self ns, calls]"""
         members = self._stack_members.get(service)
         if members is None:
             members = self._stack_members[service] = TopK(self.top_k)
-        for _, signature, self_ns, calls in stacks:
-            label = self._label(signature)
-            admitted = members.admit(label, self_ns)
-            if admitted is None:
-                _merge(self._pending_stacks, (service, route, label), [self_ns, calls])
-            else:
-                key = (service, route, label if admitted else OTHER)
-                _merge(self._stacks, key, [self_ns, calls])
+        label = self._label(signature)
+        admitted = members.admit(label, values[0])
+        if admitted is None:
+            _merge(self._pending_stacks, (service, route, label), values)
+        else:
+            _merge(self._stacks, (service, route, label if admitted else OTHER), values)
 
-    def _add_functions(
-        self, service: str, totals: dict[int, list[int]], names: dict[int, str]
-    ) -> None:
+    def _add_function(self, service: str, name: str, totals: list[int]) -> None:
         members = self._function_members.get(service)
         if members is None:
             members = self._function_members[service] = TopK(self.max_functions)
-        for fid, t in totals.items():
-            name = self._function_label(fid, names)
-            admitted = members.admit(name, t[SELF])
-            if admitted is None:
-                _merge(self._pending_functions, (service, name), t, FUNCTION_MAXIMA)
-            else:
-                key = (service, name if admitted else OTHER)
-                _merge(self._functions, key, t, FUNCTION_MAXIMA)
+        admitted = members.admit(name, totals[SELF])
+        if admitted is None:
+            _merge(self._pending_functions, (service, name), totals, FUNCTION_MAXIMA)
+        else:
+            _merge(self._functions, (service, name if admitted else OTHER), totals, FUNCTION_MAXIMA)
 
     def _tables(self) -> tuple:
         return (

@@ -3,45 +3,74 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import chain
 from operator import itemgetter
 
+import numpy as np
 from sqlalchemy import Connection, Engine, Table, and_, bindparam, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from profiler_server.assembly.flatten import (
-    ACTIVE,
-    AWAIT,
-    CALLS,
-    MAX,
-    MAX_SLICE,
-    READY,
-    SELF,
-    TOTAL,
-    add_totals,
-)
+from profiler_server.assembly.flatten import Summary
+from profiler_server.assembly.totals import ACTIVE, CALLS, MAX, SELF, TOTAL, Totals
 from profiler_server.storage import schema
 
 KNOWN_IDS_LIMIT = 1_000_000
 
 
 @dataclass
-class StoredRequest:
-    row: dict
-    tree: bytes  # serialized StoredTree
-    functions: dict[int, list[int]]
-    stacks: list[tuple[int, str, int, int]]  # stack id, signature, self ns, calls
+class StoredRequests:
+    """Requests to store: a row and a tree each, and their totals by request index."""
 
-    @property
-    def id(self) -> str:
-        return self.row["id"]
+    rows: list[dict]
+    trees: list[bytes]  # serialized StoredTree
+    stacks: Totals  # key: stack id
+    functions: Totals  # key: function id
+    signatures: dict[int, str]  # stack id -> signature
 
-    @property
-    def minute(self) -> int:
-        return self.row["start_ns"] // 60_000_000_000
+    @classmethod
+    def of(cls, rows: list[dict], summary: Summary) -> StoredRequests:
+        return cls(rows, summary.trees, summary.stacks, summary.functions, summary.signatures)
+
+    @classmethod
+    def empty(cls) -> StoredRequests:
+        return cls([], [], Totals.empty(), Totals.empty(), {})
+
+    @classmethod
+    def concat(cls, parts: list[StoredRequests]) -> StoredRequests:
+        offsets = np.cumsum([0, *(len(p) for p in parts)])[:-1].tolist()
+        signatures: dict[int, str] = {}
+        for p in parts:
+            signatures.update(p.signatures)
+        return cls(
+            [row for p in parts for row in p.rows],
+            [tree for p in parts for tree in p.trees],
+            Totals.concat([p.stacks for p in parts], offsets),
+            Totals.concat([p.functions for p in parts], offsets),
+            signatures,
+        )
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def select(self, keep: list[bool]) -> StoredRequests:
+        mask = np.array(keep, dtype=bool)
+        return StoredRequests(
+            [row for row, k in zip(self.rows, keep, strict=True) if k],
+            [tree for tree, k in zip(self.trees, keep, strict=True) if k],
+            self.stacks.select(mask),
+            self.functions.select(mask),
+            self.signatures,
+        )
+
+    def regroup(self, key: Callable[[dict], tuple]) -> tuple[list[tuple], np.ndarray]:
+        """The distinct `key(row)` values, sorted, and each request's index among them."""
+        keys = [key(row) for row in self.rows]
+        distinct = sorted(set(keys))
+        number = {k: i for i, k in enumerate(distinct)}
+        return distinct, np.array([number[k] for k in keys], dtype=np.int64)
 
 
 @dataclass
@@ -52,7 +81,7 @@ class WriteSet:
     session_functions: list[dict] = field(default_factory=list)
     spool: list[dict] = field(default_factory=list)
     release: list[tuple[str, int]] = field(default_factory=list)
-    requests: list[StoredRequest] = field(default_factory=list)
+    requests: list[StoredRequests] = field(default_factory=list)  # one entry per session
 
     def __bool__(self) -> bool:
         return any(
@@ -87,10 +116,9 @@ _Columns = tuple[str, ...]
 # Bulk rows are tuples in the tables' own column order.
 _TREE_COLUMNS = tuple(schema.request_trees.c.keys())
 _REQUEST_FUNCTION_COLUMNS = tuple(schema.request_functions.c.keys())
-_REQUEST_FUNCTION_TOTALS = itemgetter(CALLS, TOTAL, SELF, ACTIVE, MAX)
+_REQUEST_FUNCTION_TOTALS = (CALLS, TOTAL, SELF, ACTIVE, MAX)
 _STACK_BUCKET_COLUMNS = tuple(schema.stack_buckets.c.keys())
 _FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
-_FUNCTION_BUCKET_TOTALS = itemgetter(CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE)
 
 
 @cache
@@ -195,36 +223,17 @@ def _arrays(rows: list[tuple]) -> tuple[list, ...]:
 _BULK: dict[str, _SQLite | _PostgreSQL] = {"sqlite": _SQLite(), "postgresql": _PostgreSQL()}
 
 
-def _buckets(stored: list[StoredRequest]) -> tuple[list[tuple], list[tuple], dict[int, str]]:
+def _minute(row: dict) -> tuple[int, str, str]:
+    return (row["start_ns"] // 60_000_000_000, row["service"], row["route"])
+
+
+def _buckets(stored: StoredRequests) -> tuple[list[tuple], list[tuple]]:
     """The requests summed per (minute, service, route): stack_buckets and function_buckets
-    rows, sorted so that servers sharing a PostgreSQL lock bucket rows in the same order; and
-    the signature of every stack seen."""
-    per_key: dict[tuple, tuple[dict[int, list[int]], dict[int, list[int]]]] = {}
-    signatures: dict[int, str] = {}
-    for s in stored:
-        key = (s.minute, s.row["service"], s.row["route"])
-        stacks, functions = per_key.setdefault(key, ({}, {}))
-        for stack_id, signature, self_ns, calls in s.stacks:
-            agg = stacks.get(stack_id)
-            if agg is None:
-                stacks[stack_id] = [self_ns, calls]
-                signatures[stack_id] = signature
-            else:
-                agg[0] += self_ns
-                agg[1] += calls
-        for fid, t in s.functions.items():
-            agg = functions.get(fid)
-            if agg is None:
-                functions[fid] = t.copy()
-            else:
-                add_totals(agg, t)
-    stack_rows, function_rows = [], []
-    for key, (stacks, functions) in sorted(per_key.items()):
-        stack_rows.extend((*key, sid, *v) for sid, v in sorted(stacks.items()))
-        function_rows.extend(
-            (*key, fid, *_FUNCTION_BUCKET_TOTALS(v)) for fid, v in sorted(functions.items())
-        )
-    return stack_rows, function_rows, signatures
+    rows, sorted so that servers sharing a PostgreSQL lock bucket rows in the same order."""
+    keys, bucket = stored.regroup(_minute)
+    stacks = stored.stacks.regroup(bucket).rows((SELF, CALLS))
+    functions = stored.functions.regroup(bucket).rows()
+    return [(*keys[b], k, *v) for b, k, v in stacks], [(*keys[b], k, *v) for b, k, v in functions]
 
 
 class Writer:
@@ -236,7 +245,7 @@ class Writer:
         self._known_functions: set[int] = set()
         self._known_stacks: set[int] = set()
 
-    def write(self, ws: WriteSet) -> list[StoredRequest]:
+    def write(self, ws: WriteSet) -> StoredRequests:
         """Stores everything in one transaction; returns the requests that were new."""
         with self.engine.begin() as conn:
             if ws.sessions:
@@ -266,7 +275,9 @@ class Writer:
                     .values(payload=None),
                     [{"sid": sid, "sq": seq} for sid, seq in ws.release],
                 )
-            return self._insert_requests(conn, ws.requests) if ws.requests else []
+            if not ws.requests:
+                return StoredRequests.empty()
+            return self._insert_requests(conn, ws.requests)
 
     def _upsert_sessions(self, conn: Connection, rows: list[dict]) -> None:
         stmt = _insert(conn, schema.sessions)
@@ -291,28 +302,32 @@ class Writer:
             )
         self._remember(self._known_functions, (f["id"] for f in new))
 
-    def _insert_requests(self, conn: Connection, items: list[StoredRequest]) -> list[StoredRequest]:
+    def _insert_requests(self, conn: Connection, parts: list[StoredRequests]) -> StoredRequests:
         # A request stored before (resent batch, another server) is skipped as a whole,
         # aggregates included: RETURNING tells which rows were really inserted.
+        items = StoredRequests.concat(parts)
         bulk = _BULK[conn.dialect.name]
-        columns = tuple(items[0].row)  # the rows' keys, as SQLAlchemy would take them
+        columns = tuple(items.rows[0])  # the rows' keys, as SQLAlchemy would take them
         row = itemgetter(*columns)
-        inserted = bulk.insert_new(conn, schema.requests, columns, [row(i.row) for i in items])
-        stored = [item for item in items if item.id in inserted]
+        inserted = bulk.insert_new(conn, schema.requests, columns, [row(r) for r in items.rows])
+        stored = items.select([r["id"] in inserted for r in items.rows])
         if not stored:
             return stored
-        bulk.insert(conn, schema.request_trees, _TREE_COLUMNS, [(s.id, s.tree) for s in stored])
-        function_rows = []
-        for s in stored:
-            rid, start, duration = s.id, s.row["start_ns"], s.row["duration_ns"]
-            function_rows.extend(
-                (rid, fid, start, duration, *_REQUEST_FUNCTION_TOTALS(t))
-                for fid, t in s.functions.items()
-            )
-        if function_rows:
+        ids = [r["id"] for r in stored.rows]
+        bulk.insert(
+            conn, schema.request_trees, _TREE_COLUMNS, list(zip(ids, stored.trees, strict=True))
+        )
+        functions = stored.functions
+        if len(functions):
+            starts = [r["start_ns"] for r in stored.rows]
+            durations = [r["duration_ns"] for r in stored.rows]
+            function_rows = [
+                (ids[o], fid, starts[o], durations[o], *t)
+                for o, fid, t in functions.rows(_REQUEST_FUNCTION_TOTALS)
+            ]
             bulk.insert(conn, schema.request_functions, _REQUEST_FUNCTION_COLUMNS, function_rows)
-        stack_rows, function_bucket_rows, signatures = _buckets(stored)
-        self._insert_stacks(conn, signatures)
+        stack_rows, function_bucket_rows = _buckets(stored)
+        self._insert_stacks(conn, stored.signatures)
         if stack_rows:
             bulk.upsert(conn, schema.stack_buckets, _STACK_BUCKET_COLUMNS, stack_rows)
         if function_bucket_rows:

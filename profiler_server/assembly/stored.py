@@ -1,0 +1,104 @@
+"""The stored form of each request's call tree (a `StoredTree` blob), for a whole forest at
+once: the per-node columns are encoded with NumPy, the few other fields by protobuf."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from profiler_core.wire import tree_pb2
+from profiler_server.assembly import packed
+from profiler_server.assembly.calltree import LANE_ROOT
+from profiler_server.assembly.forest import Forest
+from profiler_server.assembly.totals import groups
+
+_FIELDS = tree_pb2.StoredTree.DESCRIPTOR.fields_by_name
+_PARENT, _FUNCTION, _START, _DURATION, _SELF = (
+    _FIELDS[name].number
+    for name in ("parent", "function", "start_delta_ns", "duration_ns", "self_ns")
+)
+_MASK = 0xFFFFFFFF
+
+
+def _local_functions(forest: Forest, name: Callable[[int], str]) -> tuple[np.ndarray, list]:
+    """Per node, its index in its request's `functions` (the request's functions by id,
+    then its lanes' names); and those lists."""
+    owner = forest.owner()
+    calls = np.flatnonzero(forest.function != LANE_ROOT)
+    local = np.zeros(len(forest), dtype=np.int64)
+    counts = np.zeros(len(forest.requests), dtype=np.int64)
+    distinct: list[int] = []
+    if len(calls):
+        number, first = groups(owner[calls], forest.function[calls])
+        first_owner = owner[calls][first]
+        counts = np.bincount(first_owner, minlength=len(forest.requests))
+        begins = np.cumsum(counts) - counts
+        local[calls] = number - begins[owner[calls]]
+        distinct = forest.function[calls][first].tolist()
+    names = []
+    taken = 0
+    for r, (lanes, count) in enumerate(zip(forest.lanes, counts.tolist(), strict=True)):
+        functions = [name(f) for f in distinct[taken : taken + count]]
+        taken += count
+        base = int(forest.offsets[r])
+        for i, lane in enumerate(lanes):
+            local[base + lane.root] = count + i
+        names.append(functions + [lane.name for lane in lanes])
+    return local, names
+
+
+def stored_trees(forest: Forest, name: Callable[[int], str]) -> list[bytes]:
+    """Every request's StoredTree, serialized; `name` gives a session function's name."""
+    offsets = forest.offsets
+    bounds = offsets.tolist()
+    local_function, names = _local_functions(forest, name)
+    owner = forest.owner()
+    parent = np.where(forest.parent >= 0, forest.parent - offsets[:-1][owner], -1)
+    previous = np.empty(len(forest), dtype=np.int64)
+    previous[1:] = forest.start[:-1]
+    previous[offsets[:-1]] = [r.start for r in forest.requests]
+    columns = (
+        (_PARENT, packed.zigzag(parent)),
+        (_FUNCTION, local_function),
+        (_START, packed.zigzag(forest.start - previous)),
+        (_DURATION, forest.end - forest.start),
+        (_SELF, forest.self_ns),
+    )
+    encoded = []
+    for number, values in columns:
+        data, ends = packed.varints(values)
+        encoded.append((number, data, np.concatenate([[0], ends])[offsets].tolist()))
+    extras_at = np.searchsorted(forest.extra_node, offsets).tolist()
+    outcomes_at = np.searchsorted(forest.outcome_node, offsets).tolist()
+    trees = []
+    for r in range(len(forest.requests)):
+        first = bounds[r]
+        head = tree_pb2.StoredTree(functions=names[r])
+        for lane in forest.lanes[r]:
+            head.lanes.add(
+                id=str(lane.lane_id),
+                kind=lane.kind,
+                name=lane.name,
+                root=lane.root,
+                parent_lane=-1 if lane.parent_lane is None else lane.parent_lane,
+                parent_node=-1 if lane.parent_node is None else lane.parent_node,
+            )
+        e0, e1 = extras_at[r], extras_at[r + 1]
+        if e1 > e0:
+            head.suspended_node.extend((forest.extra_node[e0:e1] - first).tolist())
+            extras = forest.extras[:, e0:e1].tolist()
+            head.active_ns.extend(extras[0])
+            head.await_ns.extend(extras[1])
+            head.ready_ns.extend(extras[2])
+            head.max_slice_ns.extend(extras[3])
+            head.suspensions.extend(extras[4])
+        o0, o1 = outcomes_at[r], outcomes_at[r + 1]
+        if o1 > o0:
+            head.outcome_node.extend((forest.outcome_node[o0:o1] - first).tolist())
+            head.outcome = forest.outcome[o0:o1].tobytes()
+        parts = [head.SerializeToString()]
+        for number, data, at in encoded:
+            parts.append(packed.field(number, data[at[r] : at[r + 1]].tobytes()))
+        trees.append(b"".join(parts))
+    return trees

@@ -1,0 +1,621 @@
+"""Instrumented code behaves exactly like the original (issue 3's torture module).
+
+Every case of `tests/torture_cases.py` runs plain, instrumented but not sampled (gate
+closed; gate open but no lane in this context) and instrumented and sampled; what a user
+could observe must be identical, and the sampled event stream must be well formed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import dis
+import gc
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import marshal
+import re
+import subprocess
+import sys
+import traceback
+import types
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from profiler_host import hooks, recording, rewriter, stackdepth
+from profiler_server.assembly.builder import assemble
+from profiler_server.assembly.events import Run
+from profiler_server.assembly.pending import LaneInfo, PendingRequest
+from tests import torture_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = frozenset({torture_cases.__file__, torture_cases.LONG_FILENAME})
+CASES = [
+    *sorted(name for name in vars(torture_cases) if name.startswith("case_")),
+    "case_extended_arg_jumps",  # generated source, see torture_cases.long_jumps_source
+]
+ENTER, EXIT, EXIT_EXCEPTION = hooks.ENTER, hooks.EXIT, hooks.EXIT_EXCEPTION
+SUSPEND, RESUME = hooks.SUSPEND, hooks.RESUME
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a user can observe of one run of a case."""
+
+    value: Any
+    error: tuple | None  # see _describe
+    trace: tuple  # sys.settrace events inside the torture module, when traced
+
+
+@pytest.fixture(scope="module")
+def plain() -> types.ModuleType:
+    return torture_cases.load("torture_plain", None)[0]
+
+
+@pytest.fixture(scope="module")
+def instrumented() -> tuple[types.ModuleType, dict[int, types.CodeType]]:
+    return torture_cases.load("torture_instrumented", hooks.HOOKS)
+
+
+@contextmanager
+def request(sampled: bool) -> Iterator[recording.Request]:
+    """A request in flight; its main lane is current only when `sampled`."""
+    req = recording.Request(request_id=1, route="/torture", method="GET", event_cap=200_000)
+    hooks.ACTIVE.append(req)
+    token = recording.CURRENT.set(req.main) if sampled else None
+    try:
+        yield req
+    finally:
+        if token is not None:
+            recording.CURRENT.reset(token)
+        hooks.ACTIVE.remove(req)
+
+
+def _describe(exc: BaseException | None) -> tuple | None:
+    """Type, message, traceback (function, line) inside the torture module; the same for
+    __cause__ and __context__."""
+    if exc is None:
+        return None
+    tb = traceback.extract_tb(exc.__traceback__)
+    frames = tuple(
+        (f.name, f.lineno, f.end_lineno, f.colno, f.end_colno) for f in tb if f.filename in FILES
+    )
+    cause, context = _describe(exc.__cause__), _describe(exc.__context__)
+    return type(exc).__name__, str(exc), frames, cause, context
+
+
+def observe(func: Callable[[], Any], traced: bool) -> Outcome:
+    """Runs `func` once, optionally under a sys.settrace tracer limited to the torture
+    module (the hooks are not there, and unsampled runs must not call them anyway)."""
+    events: list[tuple] = []
+
+    def tracer(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename not in FILES:
+            return None
+        detail = arg[0].__name__ if event == "exception" else type(arg).__name__
+        events.append((event, frame.f_code.co_qualname, frame.f_lineno, detail))
+        return tracer
+
+    previous = sys.gettrace()
+    if traced:
+        sys.settrace(tracer)
+    try:
+        value, error = func(), None
+    except Exception as exc:
+        value, error = None, exc
+    finally:
+        sys.settrace(previous)
+    return Outcome(value, _describe(error), tuple(events))
+
+
+def check_events(req: recording.Request, functions: dict[int, types.CodeType]) -> set[str]:
+    """Asserts the stream is well formed, also for the server's assembler; returns the
+    qualnames of the calls recorded."""
+    drained = {lane.id: lane.drain() for lane in req.lanes}
+    calls: dict[int, list[tuple[int, int, int]]] = {}
+    for lane_id, events in drained.items():
+        stamps = [event[3] for event in events]
+        assert stamps == sorted(stamps), f"lane {lane_id}: timestamps go back"
+        for kind, fid, cid, _ in events:
+            calls.setdefault(cid, []).append((lane_id, fid, kind))
+    for cid, events in calls.items():
+        assert len({lane for lane, _, _ in events}) == 1, f"call {cid} spans lanes"
+        assert len({fid for _, fid, _ in events}) == 1, f"call {cid} changes function"
+        code = functions[events[0][1]]
+        kinds = [kind for _, _, kind in events]
+        where = f"call {cid} of {code.co_qualname}: {kinds}"
+        assert kinds[0] == ENTER and kinds.count(ENTER) == 1, where
+        assert kinds[-1] in (EXIT, EXIT_EXCEPTION), where
+        assert sum(kind in (EXIT, EXIT_EXCEPTION) for kind in kinds) == 1, where
+        middle = kinds[1:-1]
+        assert middle == [(SUSPEND, RESUME)[n % 2] for n in range(len(middle))], where
+        if not code.co_flags & rewriter.RESUMABLE:
+            assert not middle, where
+    assert not assembly_problems(req, drained), "the server cannot nest these events"
+    return {functions[events[0][1]].co_qualname for events in calls.values()}
+
+
+def assembly_problems(req: recording.Request, drained: dict[int, list[tuple]]) -> Counter:
+    """What the server's assembler repairs in these events (each lane's must nest)."""
+    pending = PendingRequest(req.id, req.route, req.method, start_ns=req.start_ns, status=200)
+    pending.end_ns = max([req.start_ns] + [e[3] for events in drained.values() for e in events])
+    for lane in req.lanes[1:]:
+        parent = lane.parent.id if lane.parent else None
+        info = LaneInfo(lane.kind, lane.name, parent, lane.parent_call or None, lane.start_ns)
+        pending.lanes[lane.id] = info
+    for seq, (lane_id, events) in enumerate(drained.items(), 1):
+        columns = list(zip(*events, strict=True)) or [(), (), (), ()]
+        kinds, fids, cids, times = (np.array(column, dtype=np.int64) for column in columns)
+        run = Run(req.id, lane_id, kinds.astype(np.uint8), fids, cids.astype(np.uint64), times)
+        pending.runs.append((seq, run))
+        pending.events += len(events)
+    problems: Counter = Counter()
+    assemble("host-test", pending, problems, "GET /torture")
+    return problems
+
+
+def run_all_modes(
+    case: str, plain: types.ModuleType, instrumented: tuple[types.ModuleType, dict]
+) -> dict[str, Outcome]:
+    """One run per mode; the sampled run's events are checked here, before they mix."""
+    module, functions = instrumented
+    traced = case not in torture_cases.NEAR_RECURSION_LIMIT
+    errors_before = hooks.errors[0]
+    outcomes = {"plain": observe(getattr(plain, case), traced)}
+    outcomes["gate closed"] = observe(getattr(module, case), traced)
+    with request(sampled=False) as req:
+        outcomes["gate open, no lane"] = observe(getattr(module, case), traced)
+    assert not any(lane.events for lane in req.lanes) and len(req.lanes) == 1
+    with request(sampled=True) as req:
+        outcomes["sampled"] = observe(getattr(module, case), traced=False)
+        gc.collect()  # abandoned generators record their exit now
+    assert not any(lane in hooks._RUNNING for lane in req.lanes), "every call has exited"
+    entered = check_events(req, functions)
+    assert case in entered, f"{case} was not recorded: instrumentation did not happen"
+    if traced:
+        assert hooks.errors[0] == errors_before, "a hook failed"
+    return outcomes
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case_behaves_the_same(case: str, plain, instrumented) -> None:
+    outcomes = run_all_modes(case, plain, instrumented)
+    expected = outcomes.pop("plain")
+    assert expected.trace or case in torture_cases.NEAR_RECURSION_LIMIT
+    for mode, outcome in outcomes.items():
+        untraced = dataclasses.replace(expected, trace=())  # hooks are Python frames
+        assert outcome == (untraced if mode == "sampled" else expected), mode
+
+
+def test_await_chain_events_nest(instrumented) -> None:
+    """An await chain gives control away without hooks and its outer frame resumes first;
+    the inner frames' SUSPEND must still come before the outer's, or the server's
+    assembler truncates them (see profiler_host.hooks._RUNNING)."""
+    module, functions = instrumented
+    with request(sampled=True) as req:
+        asyncio.run(module.chained([]))
+        asyncio.run(module.awaits_bare_yield())  # a generator-based coroutine yields plainly
+    names = {"chained": "chained", "leaf_coroutine": "leaf"}
+    names |= {"awaits_bare_yield": "outer", "bare_yield": "inner"}
+    kinds = {ENTER: "enter", EXIT: "exit", SUSPEND: "suspend", RESUME: "resume"}
+    seen = [(kinds[kind], names[functions[fid].co_qualname]) for kind, fid, _, _ in req.main.events]
+    assert seen == [
+        ("enter", "chained"), ("enter", "leaf"),  # both give control away without a hook
+        ("suspend", "leaf"), ("suspend", "chained"),  # recorded when "chained" resumes first
+        ("resume", "chained"), ("resume", "leaf"), ("exit", "leaf"), ("exit", "chained"),
+        ("enter", "outer"), ("enter", "inner"), ("suspend", "inner"), ("suspend", "outer"),
+        ("resume", "outer"), ("resume", "inner"), ("exit", "inner"), ("exit", "outer"),
+    ]  # fmt: skip
+    check_events(req, functions)
+
+
+def test_cases_that_escape_keep_their_tracebacks(plain) -> None:
+    """The comparison above is only as strong as what the escaping cases show."""
+    deep = observe(plain.case_deep_raise, traced=False).error
+    assert deep[:2] == ("RuntimeError", "wrapped")
+    assert [frame[0] for frame in deep[2]] == ["case_deep_raise", "wrap_errors"]
+    assert [frame[0] for frame in deep[3][2]].count("descend") == 26
+    escaped = observe(plain.case_async_raise, traced=False).error
+    assert escaped[2][-1][0] == "fails_after"
+
+
+def test_long_function_needs_extended_arg(instrumented) -> None:
+    code = compile(torture_cases.long_jumps_source(), torture_cases.LONG_FILENAME, "exec")
+    long_jumps = next(c for c in code.co_consts if getattr(c, "co_name", "") == "long_jumps")
+    assert "EXTENDED_ARG" in {ins.opname for ins in dis.get_instructions(long_jumps)}
+    assert len(long_jumps.co_consts) > 256  # the hooks' constants need EXTENDED_ARG too
+    module, _ = instrumented
+    assert module.long_jumps.__code__.co_code != long_jumps.co_code
+
+
+def _walk(plain: types.CodeType, rewritten: types.CodeType) -> Iterator[tuple]:
+    """Pairs of code objects at the same place in both trees."""
+    yield plain, rewritten
+    for old, new in zip(plain.co_consts, rewritten.co_consts, strict=False):
+        if isinstance(old, types.CodeType):
+            yield from _walk(old, new)
+
+
+def _shape(const: Any) -> Any:
+    """Nested code objects are rewritten too: compare them by name."""
+    return ("code", const.co_qualname) if isinstance(const, types.CodeType) else const
+
+
+def _lines(code: types.CodeType) -> set[int]:
+    """The lines a code object has code for (what coverage tools count as executable)."""
+    return {line for _, _, line in code.co_lines() if line is not None}
+
+
+def test_code_tables_unchanged() -> None:
+    """co_consts keep their prefix, names and locals their order (locals(), getclosurevars)."""
+    source = Path(torture_cases.__file__).read_text()
+    code = compile(source, torture_cases.__file__, "exec")
+    functions: dict[int, types.CodeType] = {}
+    rewritten_tree = torture_cases.instrument_tree(code, hooks.HOOKS, functions)
+    checked = 0
+    for old, new in _walk(code, rewritten_tree):
+        if not rewriter.instrumentable(old):
+            continue
+        checked += 1
+        assert new.co_code != old.co_code, old.co_qualname
+        prefix = new.co_consts[: len(old.co_consts)]
+        assert [_shape(c) for c in prefix] == [_shape(c) for c in old.co_consts], old.co_qualname
+        for attr in (
+            "co_names", "co_varnames", "co_cellvars", "co_freevars", "co_argcount",
+            "co_posonlyargcount", "co_kwonlyargcount", "co_flags", "co_firstlineno",
+            "co_qualname", "co_filename", "co_nlocals",
+        ):  # fmt: skip
+            assert getattr(new, attr) == getattr(old, attr), (old.co_qualname, attr)
+        assert _lines(new) == _lines(old), old.co_qualname  # coverage tools read these
+        assert hash(new) == hash(new.replace()) and list(dis.get_instructions(new))
+        with pytest.raises(ValueError):  # why the importer transforms get_code()'s result
+            marshal.dumps(new)
+        stackdepth.check(new)
+    assert checked == len(functions) > 50
+
+
+def _normalise(value: Any) -> Any:
+    """Functions and classes of the two copies differ as objects, not by name."""
+    if isinstance(value, dict):
+        return {key: _normalise(item) for key, item in value.items()}
+    if callable(value):
+        return getattr(value, "__qualname__", type(value).__qualname__)
+    if isinstance(value, types.ModuleType):
+        return "module"
+    return repr(value)
+
+
+def _signature(func: Callable) -> str:
+    """Without the addresses of default values (the lambda defaults differ as objects)."""
+    return re.sub(r" at 0x[0-9a-f]+", "", str(inspect.signature(func)))
+
+
+def test_introspection_unchanged(plain, instrumented) -> None:
+    before = torture_cases.sample_callables(plain)
+    after = torture_cases.sample_callables(instrumented[0])
+    assert before.keys() == after.keys() and len(before) > 40
+    for name, func in before.items():
+        other = after[name]
+        assert other.__code__ is not func.__code__
+        assert _signature(other) == _signature(func), name
+        for predicate in (
+            inspect.isgeneratorfunction,
+            inspect.iscoroutinefunction,
+            inspect.isasyncgenfunction,
+        ):
+            assert predicate(other) == predicate(func), (name, predicate.__name__)
+        closure = inspect.getclosurevars(func)
+        other_closure = inspect.getclosurevars(other)
+        for field in ("nonlocals", "globals", "builtins"):
+            got, expected = getattr(other_closure, field), getattr(closure, field)
+            if field == "globals":  # the copies' own names differ
+                got, expected = dict(got), dict(expected)
+                got.pop("__name__", None), expected.pop("__name__", None)
+            assert _normalise(got) == _normalise(expected), (name, field)
+        assert other_closure.unbound == closure.unbound, name
+
+
+SUBPROCESS_SCRIPT = """
+from profiler_host import hooks, recording
+from tests import torture_cases
+module, _ = torture_cases.load("torture_subprocess", hooks.HOOKS)
+print(module.except_as_in_finally_loop(7))
+hooks.ACTIVE.append(object())
+print(module.except_as_in_finally_loop(7))
+hooks.ACTIVE.clear()
+req = recording.Request(request_id=1, route="/x", method="GET", event_cap=1000)
+hooks.ACTIVE.append(req)
+recording.CURRENT.set(req.main)
+print(module.except_as_in_finally_loop(7))
+print(len(req.main.events))
+"""
+
+
+def test_except_as_in_finally_loop_does_not_crash(plain) -> None:
+    """`except ... as name` in try/finally with `continue` in the finally (DESIGN.md §4):
+    wrong handler depths segfault here, so it runs in its own process."""
+    done = subprocess.run(
+        [sys.executable, "-c", SUBPROCESS_SCRIPT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = repr(plain.except_as_in_finally_loop(7))
+    assert done.stdout.splitlines() == [expected, expected, expected, "2"]
+
+
+# -- hooks that fail -------------------------------------------------------------------
+
+
+def returns(x: int) -> int:
+    return x + 1
+
+
+def raises(x: int) -> int:
+    raise ValueError(x)
+
+
+def generator(start: int):
+    got = yield start
+    yield got
+
+
+def delegating(start: int):
+    return (yield from generator(start))
+
+
+async def awaiting() -> str:
+    await asyncio.sleep(0)
+    return "done"
+
+
+SAMPLES = (returns, raises, generator, delegating, awaiting)
+
+
+def scenario(fns: dict[str, Callable]) -> list:
+    """Drives every sample through enter, exit, exit by exception, suspend and both resumes."""
+    out: list = [fns["returns"](1)]
+    try:
+        fns["raises"](2)
+    except ValueError as e:
+        out.append(repr(e))
+    gen = fns["generator"](3)
+    out += [next(gen), gen.send(4), list(gen)]
+    gen = fns["delegating"](5)
+    out += [next(gen), gen.send(6)]
+    try:
+        next(gen)
+    except StopIteration as stop:
+        out.append(stop.value)
+    out.append(asyncio.run(fns["awaiting"]()))
+    return out
+
+
+def failing_hooks(kind: int, exc: BaseException) -> tuple[rewriter.Hooks, recording.Request]:
+    """The real hook functions, recording into a lane whose buffer raises `exc` when an
+    event of `kind` is appended (a custom Hooks instance: own gate, own `current`)."""
+    req = recording.Request(request_id=7, route="/fail", method="GET", event_cap=1000)
+    lane = req.main
+    events = lane.events
+
+    def append(event: tuple) -> None:
+        if event[0] == kind:
+            raise exc
+        events.append(event)
+
+    lane.append = append
+    custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: lane)
+    return custom, req
+
+
+def instrument(hooks_: rewriter.Hooks) -> dict[str, Callable]:
+    """Instrumented twins of the samples, by name (the scenario's argument)."""
+    made = {}
+    for fid, func in enumerate(SAMPLES, 1):
+        code = rewriter.rewrite(func.__code__, fid, hooks_)
+        made[func.__name__] = types.FunctionType(code, func.__globals__, func.__name__)
+    return made
+
+
+KINDS = {"enter": ENTER, "exit": EXIT, "exit_exception": EXIT_EXCEPTION}
+KINDS |= {"suspend": SUSPEND, "resume": RESUME}
+
+
+@pytest.mark.parametrize("kind", KINDS.values(), ids=KINDS.keys())
+def test_hook_raising_exception_is_swallowed(kind: int) -> None:
+    custom, req = failing_hooks(kind, ValueError("hook bug"))
+    before = hooks.errors[0]
+    assert scenario(instrument(custom)) == scenario({f.__name__: f for f in SAMPLES})
+    assert hooks.errors[0] > before
+    recorded = {event[0] for event in req.main.events}
+    assert kind not in recorded
+    if kind != ENTER:  # without an enter the call has no token: nothing else is recorded
+        assert {ENTER, EXIT, EXIT_EXCEPTION, SUSPEND, RESUME} - {kind} <= recorded
+
+
+def _drive(fns: dict[str, Callable], kind: int) -> None:
+    """Runs the sample whose hook of `kind` fires first."""
+    if kind == EXIT_EXCEPTION:
+        fns["raises"](1)
+    elif kind in (ENTER, EXIT):
+        fns["returns"](1)
+    elif kind == SUSPEND:
+        next(fns["generator"](1))
+    else:
+        gen = fns["generator"](1)
+        next(gen)
+        gen.send(2)
+
+
+@pytest.mark.parametrize("kind", KINDS.values(), ids=KINDS.keys())
+def test_keyboard_interrupt_in_hook_propagates(kind: int) -> None:
+    custom, _ = failing_hooks(kind, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        _drive(instrument(custom), kind)
+
+
+def test_keyboard_interrupt_in_delegated_resume_propagates() -> None:
+    custom, _ = failing_hooks(RESUME, KeyboardInterrupt())
+    gen = instrument(custom)["delegating"](1)
+    next(gen)
+    with pytest.raises(KeyboardInterrupt):
+        gen.send(2)
+    assert inspect.getgeneratorstate(gen) == inspect.GEN_CLOSED
+
+
+@pytest.mark.parametrize("slot", KINDS)
+def test_custom_hook_raising_base_exception_propagates(slot: str) -> None:
+    """The injected code itself never swallows: BaseException from any hook escapes."""
+
+    def interrupt(*args: Any) -> None:
+        raise KeyboardInterrupt(slot)
+
+    lane = recording.Request(request_id=8, route="/", method="GET", event_cap=100).main
+    names = {"enter": ["enter", "enter_resumable"], "resume": ["resume", "resume_delegated"]}
+    changes = dict.fromkeys(names.get(slot, [slot]), interrupt)
+    custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: lane, **changes)
+    with pytest.raises(KeyboardInterrupt, match=slot):
+        _drive(instrument(custom), KINDS[slot])
+
+
+# -- a big real code base --------------------------------------------------------------
+
+
+STDLIB_PACKAGES = ("asyncio", "email", "json", "inspect")
+
+
+def _sources(package: str) -> list[Path]:
+    """The package's own source files (not its subpackages), or the module's file."""
+    spec = importlib.util.find_spec(package)
+    origin = Path(spec.origin)
+    return sorted(origin.parent.glob("*.py")) if origin.name == "__init__.py" else [origin]
+
+
+def test_stdlib_rewrites_pass_stackdepth_check() -> None:
+    """Every function of asyncio, email, json and inspect, compiled fresh, rewrites into
+    code whose stack depths check out."""
+    rewritten = 0
+    for package in STDLIB_PACKAGES:
+        for path in _sources(package):
+            code = compile(path.read_text(), str(path), "exec")
+            functions: dict[int, types.CodeType] = {}
+            tree = torture_cases.instrument_tree(code, hooks.HOOKS, functions)
+            for old, new in _walk(code, tree):
+                if rewriter.instrumentable(old):
+                    stackdepth.check(new)
+                    assert new.co_code != old.co_code, old.co_qualname
+                    assert new.co_varnames == old.co_varnames, old.co_qualname
+                    rewritten += 1
+    assert rewritten > 1500
+
+
+class _InstrumentingLoader(importlib.machinery.SourceFileLoader):
+    """Instruments what it loads (the transformed code is never written to a .pyc)."""
+
+    functions: ClassVar[dict[int, types.CodeType]] = {}  # shared: ids stay unique
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        code = super().get_code(fullname)
+        return torture_cases.instrument_tree(code, hooks.HOOKS, self.functions)
+
+
+class _InstrumentingFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, tops: tuple[str, ...]) -> None:
+        self.tops = tops
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name.partition(".")[0] not in self.tops:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            spec.loader = _InstrumentingLoader(spec.loader.name, spec.loader.path)
+        return spec
+
+
+@contextmanager
+def instrumented_imports(*tops: str) -> Iterator[dict[str, types.ModuleType]]:
+    """Fresh, instrumented copies of these packages; the originals come back after."""
+    saved = {n: m for n, m in sys.modules.items() if n.partition(".")[0] in tops}
+    for name in saved:
+        del sys.modules[name]
+    finder = _InstrumentingFinder(tops)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield {top: importlib.import_module(top) for top in tops}
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n.partition(".")[0] in tops]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+RAW_EMAIL = """\
+From: Ann <ann@example.com>
+To: Bob <bob@example.com>, "Carol, C." <carol@example.com>
+Subject: =?utf-8?q?caf=C3=A9?= report
+Date: Tue, 01 Apr 2025 10:00:00 +0000
+MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="XYZ"
+
+--XYZ
+Content-Type: text/plain; charset="utf-8"
+Content-Transfer-Encoding: quoted-printable
+
+Caf=C3=A9 numbers: 1, 2, 3.
+--XYZ
+Content-Type: application/json; name="data.json"
+Content-Disposition: attachment; filename="data.json"
+
+{"a": [1, 2.5, null], "b": {"c": "d"}}
+--XYZ--
+"""
+
+
+def _exercise(json: types.ModuleType, email: types.ModuleType) -> list:
+    """JSON round trips through the pure-Python scanner and encoder, and email parsing
+    (with the `email.policy` of the copy that `email` is)."""
+    policy = importlib.import_module("email.policy")
+    assert sys.modules["email"] is email
+
+    data = {"n": [1, 2.5, -3e10, None, True], "s": 'caf\u00e9 \u2603 "q"', "d": {"x": {}}}
+    decoder = json.JSONDecoder()
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+    message = email.message_from_string(RAW_EMAIL, policy=policy.default)
+    attachment = next(message.iter_attachments())
+    return [
+        text,
+        decoder.decode(text),
+        json.loads(json.dumps(data)),
+        str(message["subject"]),
+        [a.display_name for a in message["to"].addresses],
+        message.get_body(("plain",)).get_content(),
+        decoder.decode(attachment.get_content().decode()),
+        message.as_string(),
+    ]
+
+
+def test_stdlib_runs_instrumented() -> None:
+    import email
+    import json
+
+    expected = _exercise(json, email)
+    with instrumented_imports("json", "email") as fresh:
+        assert hooks.HOOKS.enter in fresh["json"].dumps.__code__.co_consts
+        assert _InstrumentingLoader.functions, "nothing was instrumented"
+        assert _exercise(fresh["json"], fresh["email"]) == expected
+        with request(sampled=True) as req:
+            assert _exercise(fresh["json"], fresh["email"]) == expected
+        entered = check_events(req, _InstrumentingLoader.functions)
+    assert {"_make_iterencode.<locals>._iterencode_dict", "FeedParser.feed"} <= entered

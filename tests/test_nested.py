@@ -1,0 +1,147 @@
+"""The NumPy path for well-nested requests builds exactly the trees the general path builds,
+counts the same problems, and leaves every request it cannot take to the general path."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import astuple
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from profiler_core.model import EventKind, LaneKind
+from profiler_server.assembly import problems as P
+from profiler_server.assembly.builder import assemble
+from profiler_server.assembly.events import Run
+from profiler_server.assembly.forest import Forest
+from profiler_server.assembly.nested import assemble_nested
+from profiler_server.assembly.pending import LaneInfo, PendingRequest
+from profiler_server.loadgen import CallShape, synthetic_run
+
+ENTER, EXIT, RAISE = EventKind.ENTER, EventKind.EXIT, EventKind.EXIT_EXCEPTION
+SUSPEND, RESUME = EventKind.SUSPEND, EventKind.RESUME
+COLUMNS = ("offsets", "function", "parent", "start", "end", "self_ns", "outcome_node", "outcome")
+
+
+def run(kinds, functions, calls, times, lane: int = 0) -> Run:
+    return Run(
+        1,
+        lane,
+        np.array([int(k) for k in kinds], dtype=np.uint8),
+        np.array(functions, dtype=np.int64),
+        np.array(calls, dtype=np.uint64),
+        np.array(times, dtype=np.int64),
+    )
+
+
+def pending(*runs: Run, request_id: int = 1, start: int | None = 0, end: int | None = None):
+    """A finished request; runs are given in seq order, and arrive in reverse."""
+    p = PendingRequest(request_id, route="/r", method="GET", start_ns=start, status=200)
+    p.end_ns = end if end is not None else max(int(r.times.max()) for r in runs) + 10
+    for seq, r in reversed(list(enumerate(runs, 1))):
+        p.runs.append((seq, r))
+        p.events += len(r.kinds)
+    return p
+
+
+def events(*items: tuple[EventKind, int, int, int]) -> Run:
+    """(kind, function, call, time) per event."""
+    return run(*zip(*items, strict=True)) if items else run([], [], [], [])
+
+
+def synthetic(request_id: int, shape: CallShape, parts: int = 1) -> PendingRequest:
+    kinds, functions, calls, times, end = synthetic_run(shape, 1, 1_000, request_id)
+    cuts = np.linspace(0, len(kinds), parts + 1).astype(int).tolist()
+    runs = [run(kinds[a:b], functions[a:b], calls[a:b], times[a:b]) for a, b in pairwise(cuts)]
+    return pending(*runs, request_id=request_id, start=1_000, end=end)
+
+
+def general(pendings: list[PendingRequest], problems: Counter) -> Forest:
+    return Forest.of_trees([assemble("s", p, problems, p.main_name) for p in pendings])
+
+
+def assert_same(fast: Forest, slow: Forest) -> None:
+    for name in COLUMNS:
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    assert fast.lanes == slow.lanes
+    assert [astuple(r)[:9] for r in fast.requests] == [astuple(r)[:9] for r in slow.requests]
+    assert fast.calls() == slow.calls()
+
+
+@pytest.mark.parametrize(
+    ("shape", "parts"),
+    [
+        (CallShape(calls=200, depth=10, functions=40), 1),
+        (CallShape(calls=60, depth=3, functions=7), 3),
+        (CallShape(calls=400, depth=120, functions=25), 2),
+        (CallShape(calls=1, depth=1, functions=1), 1),
+    ],
+)
+def test_synthetic_requests_are_assembled_alike(shape: CallShape, parts: int) -> None:
+    pendings = [synthetic(rid, shape, parts) for rid in range(1, 8)]
+    fast_problems, slow_problems = Counter(), Counter()
+    fast, rest = assemble_nested("s", pendings, fast_problems)
+    assert rest == [] and fast is not None
+    assert_same(fast, general(pendings, slow_problems))
+    assert fast_problems == slow_problems == Counter()
+
+
+def test_exception_exits_and_exits_naming_another_function_are_assembled_alike() -> None:
+    pendings = [
+        pending(
+            events(
+                (ENTER, 1, 1, 0),
+                (ENTER, 2, 2, 10),
+                (RAISE, 2, 2, 20),
+                (ENTER, 3, 3, 20),
+                (EXIT, 9, 3, 35),  # names function 9, closes call 3 (function 3)
+                (RAISE, 1, 1, 50),
+                (ENTER, 4, 4, 60),
+                (EXIT, 4, 4, 60),
+            ),
+            end=70,
+        ),
+        pending(events(), request_id=2, end=5),  # no events at all: general path
+    ]
+    fast_problems, slow_problems = Counter(), Counter()
+    fast, rest = assemble_nested("s", pendings, fast_problems)
+    assert rest == [pendings[1]] and fast is not None
+    assert_same(fast, general(pendings[:1], slow_problems))
+    assert fast_problems == slow_problems == Counter({P.EXIT_MISMATCH: 1})
+
+
+BAD = {
+    "suspension": events((ENTER, 1, 1, 0), (SUSPEND, 1, 1, 5), (RESUME, 1, 1, 7), (EXIT, 1, 1, 9)),
+    "missing exit": events((ENTER, 1, 1, 0), (ENTER, 2, 2, 5), (EXIT, 1, 1, 9)),
+    "exit without enter": events((ENTER, 1, 1, 0), (EXIT, 1, 1, 5), (EXIT, 2, 2, 9)),
+    "exit of another call": events(
+        (ENTER, 1, 1, 0), (ENTER, 2, 2, 5), (EXIT, 1, 1, 6), (EXIT, 2, 2, 9)
+    ),
+    "time going back": events((ENTER, 1, 1, 10), (EXIT, 1, 1, 5)),
+    "before the start": events((ENTER, 1, 1, -5), (EXIT, 1, 1, 5)),
+    "call ids not growing": events(
+        (ENTER, 1, 5, 0), (EXIT, 1, 5, 1), (ENTER, 1, 5, 2), (EXIT, 1, 5, 3)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_requests_it_cannot_take_are_left_to_the_general_path(name: str) -> None:
+    good = synthetic(1, CallShape(calls=30, depth=4, functions=5))
+    bad = pending(BAD[name], request_id=2)
+    fast, rest = assemble_nested("s", [bad, good], Counter())
+    assert rest == [bad]
+    assert fast is not None
+    assert_same(fast, general([good], Counter()))
+
+
+def test_requests_without_start_or_end_or_with_other_lanes_take_the_general_path() -> None:
+    plain = events((ENTER, 1, 1, 0), (EXIT, 1, 1, 5))
+    no_start = pending(plain, start=None)
+    after_end = pending(plain, request_id=2, end=3)
+    laned = pending(plain, run([ENTER, EXIT], [2, 2], [2, 2], [6, 7], lane=1), request_id=3)
+    laned.lanes[1] = LaneInfo(LaneKind.THREAD, "pool", 0, None, None)
+    fast, rest = assemble_nested("s", [no_start, after_end, laned], Counter())
+    assert fast is None
+    assert sorted(p.request_id for p in rest) == [1, 2, 3]
