@@ -95,7 +95,7 @@ def run(db: str, batches: int, group: int) -> dict:
         engine.dispose()
     events = feed.total_events
     finish = spent.pop("finish request (all)")
-    spent["finish: tree bytes, rows"] = (
+    spent["finish: request rows"] = (
         finish - spent["assemble call trees"] - spent["summarize: stacks, totals, tree"]
     )
     spent["other"] = total - sum(spent.values())

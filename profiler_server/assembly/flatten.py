@@ -145,7 +145,7 @@ def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
     order = np.argsort(level, kind="stable")
     bounds = np.flatnonzero(np.diff(level[order])) + 1
     stack = np.zeros(len(forest), dtype=np.int64)
-    for nodes in np.split(order, bounds):
+    for nodes in np.split(order, bounds) if len(order) else ():
         if root[nodes[0]]:
             spawner = up[nodes]
             stack[nodes] = np.where(spawner >= 0, stack[np.maximum(spawner, 0)], 0)
@@ -180,6 +180,7 @@ class Summary:
 
 
 def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Summary:
+    """The forest's stored trees and totals; stacks new to the session are interned."""
     unknown_before = interner.unknown
     stack = _stacks(forest, interner)
     calls = np.flatnonzero(forest.function != LANE_ROOT)
@@ -190,15 +191,10 @@ def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Sum
     values[TOTAL] *= columns.outermost[per_stack.key]  # recursion: count the outermost call
     per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
     per_function.key = columns.functions[per_function.key]
-    signatures = interner.signatures
     used = np.unique(per_stack.key).tolist()
-    ids = columns.ids
-    per_stack.key = ids[per_stack.key]
+    signatures = {interner.ids[s]: interner.signatures[s] for s in used}
+    per_stack.key = columns.ids[per_stack.key]
     if interner.unknown > unknown_before:
         problems[P.UNKNOWN_FUNCTION] += interner.unknown - unknown_before
-    return Summary(
-        stored_trees(forest, interner.names.__getitem__),
-        per_stack,
-        per_function,
-        {interner.ids[s]: signatures[s] for s in used},
-    )
+    trees = stored_trees(forest, interner.names.__getitem__)
+    return Summary(trees, per_stack, per_function, signatures)

@@ -152,7 +152,9 @@ def _forest(session_id: str, ev: _Events, problems: Counter) -> Forest | None:
     np.add.at(children, parent[nodes], wall[nodes])
     function = np.full(offsets[-1], LANE_ROOT, dtype=np.int64)
     function[nodes] = ev.functions[opened]
-    problems[P.EXIT_MISMATCH] += int(np.count_nonzero(function[nodes] != ev.functions[closed]))
+    mismatched = int(np.count_nonzero(function[nodes] != ev.functions[closed]))
+    if mismatched:
+        problems[P.EXIT_MISMATCH] += mismatched
 
     raised = ev.kinds[closed] != EXITS[0]
     outcome_node = np.sort(nodes[raised])

@@ -18,7 +18,6 @@ _PARENT, _FUNCTION, _START, _DURATION, _SELF = (
     _FIELDS[name].number
     for name in ("parent", "function", "start_delta_ns", "duration_ns", "self_ns")
 )
-_MASK = 0xFFFFFFFF
 
 
 def _local_functions(forest: Forest, name: Callable[[int], str]) -> tuple[np.ndarray, list]:
@@ -38,20 +37,46 @@ def _local_functions(forest: Forest, name: Callable[[int], str]) -> tuple[np.nda
         distinct = forest.function[calls][first].tolist()
     names = []
     taken = 0
-    for r, (lanes, count) in enumerate(zip(forest.lanes, counts.tolist(), strict=True)):
+    bases = forest.offsets.tolist()
+    for base, lanes, count in zip(bases, forest.lanes, counts.tolist(), strict=False):
         functions = [name(f) for f in distinct[taken : taken + count]]
         taken += count
-        base = int(forest.offsets[r])
         for i, lane in enumerate(lanes):
             local[base + lane.root] = count + i
         names.append(functions + [lane.name for lane in lanes])
     return local, names
 
 
+def _head(forest: Forest, r: int, names: list[str], extras: slice, outcomes: slice) -> bytes:
+    """Request r's fields but the per-node columns: names, lanes, sparse columns."""
+    first = int(forest.offsets[r])
+    head = tree_pb2.StoredTree(functions=names)
+    for lane in forest.lanes[r]:
+        head.lanes.add(
+            id=str(lane.lane_id),
+            kind=lane.kind,
+            name=lane.name,
+            root=lane.root,
+            parent_lane=-1 if lane.parent_lane is None else lane.parent_lane,
+            parent_node=-1 if lane.parent_node is None else lane.parent_node,
+        )
+    if extras.stop > extras.start:
+        head.suspended_node.extend((forest.extra_node[extras] - first).tolist())
+        active, waiting, ready, max_slice, suspensions = forest.extras[:, extras].tolist()
+        head.active_ns.extend(active)
+        head.await_ns.extend(waiting)
+        head.ready_ns.extend(ready)
+        head.max_slice_ns.extend(max_slice)
+        head.suspensions.extend(suspensions)
+    if outcomes.stop > outcomes.start:
+        head.outcome_node.extend((forest.outcome_node[outcomes] - first).tolist())
+        head.outcome = forest.outcome[outcomes].tobytes()
+    return head.SerializeToString()
+
+
 def stored_trees(forest: Forest, name: Callable[[int], str]) -> list[bytes]:
     """Every request's StoredTree, serialized; `name` gives a session function's name."""
     offsets = forest.offsets
-    bounds = offsets.tolist()
     local_function, names = _local_functions(forest, name)
     owner = forest.owner()
     parent = np.where(forest.parent >= 0, forest.parent - offsets[:-1][owner], -1)
@@ -73,31 +98,9 @@ def stored_trees(forest: Forest, name: Callable[[int], str]) -> list[bytes]:
     outcomes_at = np.searchsorted(forest.outcome_node, offsets).tolist()
     trees = []
     for r in range(len(forest.requests)):
-        first = bounds[r]
-        head = tree_pb2.StoredTree(functions=names[r])
-        for lane in forest.lanes[r]:
-            head.lanes.add(
-                id=str(lane.lane_id),
-                kind=lane.kind,
-                name=lane.name,
-                root=lane.root,
-                parent_lane=-1 if lane.parent_lane is None else lane.parent_lane,
-                parent_node=-1 if lane.parent_node is None else lane.parent_node,
-            )
-        e0, e1 = extras_at[r], extras_at[r + 1]
-        if e1 > e0:
-            head.suspended_node.extend((forest.extra_node[e0:e1] - first).tolist())
-            extras = forest.extras[:, e0:e1].tolist()
-            head.active_ns.extend(extras[0])
-            head.await_ns.extend(extras[1])
-            head.ready_ns.extend(extras[2])
-            head.max_slice_ns.extend(extras[3])
-            head.suspensions.extend(extras[4])
-        o0, o1 = outcomes_at[r], outcomes_at[r + 1]
-        if o1 > o0:
-            head.outcome_node.extend((forest.outcome_node[o0:o1] - first).tolist())
-            head.outcome = forest.outcome[o0:o1].tobytes()
-        parts = [head.SerializeToString()]
+        extras = slice(extras_at[r], extras_at[r + 1])
+        outcomes = slice(outcomes_at[r], outcomes_at[r + 1])
+        parts = [_head(forest, r, names[r], extras, outcomes)]
         for number, data, at in encoded:
             parts.append(packed.field(number, data[at[r] : at[r + 1]].tobytes()))
         trees.append(b"".join(parts))
