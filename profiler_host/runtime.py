@@ -88,10 +88,10 @@ class Profiler:
         self.transport.after_fork()  # a new session sends every definition again
         if self._whole is not None:
             self._begin_whole_process()
+        _stop_with_multiprocessing_child(self)
 
     def _begin_whole_process(self) -> None:
-        name = " ".join(os.path.basename(a) for a in sys.argv[:1]) or "process"
-        self._whole = self.begin(name, "", forced=True)
+        self._whole = self.begin(process_name(sys.orig_argv), "", forced=True)
         if self._whole is not None:
             CURRENT.set(self._whole.main)
 
@@ -139,6 +139,34 @@ def reset(token: Token[recording.Lane | None]) -> None:
         CURRENT.reset(token)
     except ValueError:  # ended in another context than it began
         CURRENT.set(None)
+
+
+def process_name(argv: list[str]) -> str:
+    """What the whole-process request is called: the script, module or program run."""
+    args = argv[1:]
+    while args and args[0].startswith("-") and args[0] != "-m":
+        args = args[1:]
+    if args[:2] == ["-m", "profiler_host.script"]:
+        args = args[2:]
+    if args[:1] == ["-m"] and len(args) > 1:
+        return args[1]
+    if args:
+        return os.path.basename(args[0])
+    return os.path.basename(argv[0]) if argv else "python"
+
+
+def _stop_with_multiprocessing_child(profiler: Profiler) -> None:
+    """multiprocessing's forked children leave through os._exit, past atexit, and clear the
+    exit finalizers they inherited first; an after-fork callback registers ours after that."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util.register_after_fork(profiler, _finalize_at_exit)
+
+
+def _finalize_at_exit(profiler: Profiler) -> None:
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, profiler.stop, exitpriority=-100)
 
 
 _profiler: Profiler | None = None

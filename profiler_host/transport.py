@@ -85,13 +85,19 @@ class Transport:
         self._ensure_thread()
         self._finished.append(request)
 
+    @property
+    def pending(self) -> int:
+        """Finished requests not yet taken by the transport thread."""
+        return len(self._finished)
+
     def over_budget(self) -> bool:
         return self.backlog_bytes >= self.settings.buffer_bytes
 
     def drop(self, reason: str, requests: int = 1, events: int = 0) -> None:
         with self._lock:
-            self.dropped_requests[reason] += requests
-            self._unreported[0][reason] += requests
+            if requests:
+                self.dropped_requests[reason] += requests
+                self._unreported[0][reason] += requests
             if events:
                 self.dropped_events[reason] += events
                 self._unreported[1][reason] += events
@@ -222,18 +228,25 @@ class Transport:
         return message.SerializeToString()
 
     def _collect(self) -> None:
-        """Encodes finished requests (whole, or dropped whole) and what running ones have."""
+        """Encodes what was recorded since the last batch. Over budget, a request not yet
+        announced is dropped whole; one already partly sent loses its new events and ends
+        truncated (only its small end record still goes out)."""
+        room = not self.over_budget()
+        announced = self.batcher.announced
         finished: list[Request] = []
         while self._finished:
             request = self._finished.popleft()
-            if self.over_budget() and request.id not in self.batcher.announced:
-                events = sum(len(lane.drain()) for lane in request.lanes)
-                self.drop("buffer_full", events=events)
-            else:
+            if room or request.id in announced:
                 finished.append(request)
-        # a running request is announced only while there is room to send it whole
-        room = not self.over_budget()
-        running = [r for r in self._running() if room or r.id in self.batcher.announced]
+            else:
+                self.drop("buffer_full", events=_discard_events(request))
+        running = [r for r in self._running() if room or r.id in announced]
+        if not room:
+            for request in [*running, *finished]:
+                lost = _discard_events(request)
+                if lost:
+                    request.truncated = True
+                    self.drop("buffer_full", requests=0, events=lost)
         with self._lock:
             drops = self._unreported if any(self._unreported) else None
             self._unreported = (Counter(), Counter())
@@ -249,6 +262,10 @@ class Transport:
         outbox = self._outbox
         if outbox is not None:
             outbox.put(payload)
+
+
+def _discard_events(request: Request) -> int:
+    return sum(len(lane.drain()) for lane in request.lanes)
 
 
 def _drain(outbox: queue.SimpleQueue[bytes | None]) -> Iterator[bytes]:

@@ -80,8 +80,8 @@ class HttpProcess:
 class ServerProcess(HttpProcess):
     """A profiler-server on free loopback ports."""
 
-    def __init__(self, db: str, log: Path, *extra: str) -> None:
-        self.grpc_port = free_port()
+    def __init__(self, db: str, log: Path, *extra: str, grpc_port: int | None = None) -> None:
+        self.grpc_port = grpc_port or free_port()
         self.http_port = free_port()
         args = [
             sys.executable, "-m", "profiler_server", "--db", db,

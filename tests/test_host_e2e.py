@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -43,44 +44,49 @@ def tree(server: ServerProcess, request_id: str) -> dict:
     return httpx.get(f"{server.http}/api/requests/{request_id}", timeout=30).json()
 
 
-def test_gunicorn_flask_requests_arrive_as_call_trees(server: ServerProcess, tmp_path: Path):
+def serve_profiled(
+    server: ServerProcess, tmp_path: Path, service: str, *command: str
+) -> HttpProcess:
+    """An app server under `profiler-host run` on a free port (`{port}` in the command)."""
     port = free_port()
     env = {**os.environ, "PROFILING_TARGET_DB": str(tmp_path / "shop.sqlite3")}
-    app = HttpProcess(
-        host(
-            "--server",
-            server.target,
-            "--service",
-            "shop",
-            "--sample-rate",
-            "1000",
-            "--",
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-w",
-            "2",
-            "-b",
-            f"127.0.0.1:{port}",
-            "profiling_target.wsgi:app",
-        ),
-        tmp_path / "app.log",
-        port,
-        "/health",
-        env=env,
-    )
+    args = [arg.format(port=port) for arg in command]
+    wrapped = host("--server", server.target, "--service", service, "--sample-rate", "1000")
+    return HttpProcess([*wrapped, "--", *args], tmp_path / "app.log", port, "/health", env=env)
+
+
+def get_concurrently(url: str, count: int) -> list[int]:
+    """Status codes of `count` simultaneous GETs: busy workers force the others to serve."""
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(lambda _: httpx.get(url, timeout=60).status_code, range(count)))
+
+
+def sessions(requests: list[dict]) -> set[str]:
+    """Request ids are `<session>-<n>`: one session per profiled process."""
+    return {r["id"].rsplit("-", 1)[0] for r in requests}
+
+
+GUNICORN = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:{port}"]
+
+
+@pytest.mark.parametrize("preload", [False, True], ids=["workers-import", "preload"])
+def test_gunicorn_flask_requests_arrive_as_call_trees(
+    server: ServerProcess, tmp_path: Path, preload: bool
+):
+    command = [*GUNICORN, *(["--preload"] if preload else []), "profiling_target.wsgi:app"]
+    app = serve_profiled(server, tmp_path, "shop", *command)
     try:
         for _ in range(10):
             assert httpx.get(f"{app.url}/products/1", timeout=30).status_code == 200
             assert httpx.get(f"{app.url}/orders/1", timeout=30).status_code == 200
-        products = eventually(
-            lambda: stored_requests(
-                server.http, service="shop", route="/products/<int:product_id>"
-            ),
-            timeout=30,
-        )
+        assert get_concurrently(f"{app.url}/slow?ms=300", 6) == [200] * 6
+        route = "/products/<int:product_id>"
+        products = eventually(lambda: stored_requests(server.http, route=route), timeout=30)
+        slow = eventually(lambda: len(stored_requests(server.http, route="/slow")) == 6, timeout=30)
     finally:
         app.stop(grace=15)
+    assert slow, "every /slow request sampled and stored"
+    assert len(sessions(stored_requests(server.http, route="/slow"))) == 2  # one per worker
     assert len(products) >= 5  # the first of a route is always sampled, then 1000/s allows all
     one = tree(server, products[0]["id"])
     assert one["status"] == 200 and one["method"] == "GET"
@@ -91,6 +97,29 @@ def test_gunicorn_flask_requests_arrive_as_call_trees(server: ServerProcess, tmp
     assert any(n.startswith("profiling_target.shop.") for n in ours)
     assert not any(n.startswith(("flask", "werkzeug", "jinja2", "profiler_")) for n in names)
     assert one["truncated"] is False
+
+
+def test_uvicorn_workers_each_stream_their_own_session(server: ServerProcess, tmp_path: Path):
+    command = [
+        sys.executable, "-m", "uvicorn", "profiling_target.asgi:app", "--workers", "2",
+        "--host", "127.0.0.1", "--port", "{port}",
+    ]  # fmt: skip
+    app = serve_profiled(server, tmp_path, "shop-async", *command)
+    try:
+        assert httpx.get(f"{app.url}/products/1", timeout=30).status_code == 200
+        assert get_concurrently(f"{app.url}/block?ms=300", 4) == [200] * 4
+        blocked = eventually(
+            lambda: len(stored_requests(server.http, route="/block")) == 4, timeout=30
+        )
+        product = eventually(
+            lambda: stored_requests(server.http, route="/products/{product_id:int}"), timeout=30
+        )
+    finally:
+        app.stop(grace=15)
+    assert blocked
+    assert len(sessions(stored_requests(server.http, route="/block"))) == 2
+    names = functions_of(tree(server, product[0]["id"])["lanes"][0]["root"])
+    assert "profiling_target.asgi:product" in names
 
 
 SCRIPT = """
@@ -165,3 +194,44 @@ def test_bad_option_fails_before_running_the_command(tmp_path: Path):
     )
     assert done.returncode != 0
     assert "PROFILER_SAMPLE_RATE" in done.stderr and "ran" not in done.stdout
+
+
+POOL_SCRIPT = """
+import multiprocessing
+
+def square(n):
+    return n * n
+
+def work(n):
+    return sum(square(i) for i in range(n))
+
+if __name__ == "__main__":
+    pool = multiprocessing.get_context("fork").Pool(2)
+    print(sum(pool.map(work, [10, 20, 30, 40])))
+    pool.close()  # workers leave through os._exit; terminate() would kill them unflushed
+    pool.join()
+"""
+
+
+def test_multiprocessing_children_stream_their_own_sessions(server: ServerProcess, tmp_path: Path):
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_SCRIPT)
+    command = host(
+        "--server", server.target, "--service", "pool", "--whole-process", "true",
+        "--", sys.executable, str(script),
+    )  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(sum(i * i for n in (10, 20, 30, 40) for i in range(n)))
+    processes = eventually(
+        lambda: len(stored_requests(server.http, service="pool")) == 3, timeout=30
+    )
+    assert processes, stored_requests(server.http, service="pool")  # the parent, two workers
+    requests = stored_requests(server.http, service="pool")
+    assert len(sessions(requests)) == 3
+    assert {r["route"] for r in requests} == {"pool.py"}
+    work_calls = 0
+    for request in requests:
+        names = functions_of(tree(server, request["id"])["lanes"][0]["root"])
+        work_calls += names.count("__main__:work")
+    assert work_calls == 4

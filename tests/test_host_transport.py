@@ -1,0 +1,72 @@
+"""The host's transport against a real server: bounded buffering while the server is away,
+whole requests dropped and counted, everything else stored once it comes back."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from profiler_core.model import EventKind
+from profiler_host.functions import FunctionRegistry
+from profiler_host.recording import Request
+from profiler_host.transport import Transport, TransportSettings
+from tests.helpers import eventually, metric_value, stored_requests
+from tests.processes import ServerProcess, free_port
+
+CALLS = 50
+
+
+def finished_request(request_id: int, fid: int) -> Request:
+    """A request whose main lane entered and left `fid` CALLS times."""
+    request = Request(request_id, f"/r/{request_id}", "GET", event_cap=10_000)
+    t = request.start_ns
+    for call in range(1, CALLS + 1):
+        request.main.append((int(EventKind.ENTER), fid, call, t + 2 * call))
+        request.main.append((int(EventKind.EXIT), fid, call, t + 2 * call + 1))
+    request.finish(200)
+    return request
+
+
+def test_dead_server_buffer_is_bounded_and_drops_reach_the_server(tmp_path: Path):
+    registry = FunctionRegistry()
+    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    port = free_port()
+    budget = 16 * 1024
+    transport = Transport(
+        TransportSettings(f"127.0.0.1:{port}", "buffered", budget, flush_interval=0.05),
+        registry,
+        running=list,
+    )
+    submitted = 200
+    for n in range(1, submitted + 1):
+        transport.submit(finished_request(n, fid))
+        if n % 20 == 0:
+            time.sleep(0.3)  # let the transport thread batch while nobody listens
+    eventually(lambda: transport.dropped_requests["buffer_full"], timeout=30)
+    eventually(lambda: transport.pending == 0, timeout=30)
+    assert 0 < transport.dropped_requests["buffer_full"] < submitted
+    one_batch = budget  # a batch of requests taken while under budget can overshoot once
+    assert transport.backlog_bytes <= budget + one_batch
+
+    server = ServerProcess(
+        f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log", grpc_port=port
+    )
+    try:
+        assert transport.flush(timeout=60), "backlog not acked after the server came back"
+        dropped = transport.dropped_requests["buffer_full"]  # final: nothing is pending
+        kept = submitted - dropped
+        stored = eventually(
+            lambda: len(stored_requests(server.http, service="buffered")) == kept, timeout=30
+        )
+        assert stored, (kept, len(stored_requests(server.http, service="buffered")))
+        assert all(r["calls"] == CALLS for r in stored_requests(server.http, service="buffered"))
+        reported = eventually(
+            lambda: metric_value(
+                server.http, "profiler_host_dropped_requests_total", reason="buffer_full"
+            ),
+            timeout=30,
+        )
+        assert reported == dropped
+    finally:
+        transport.stop(timeout=1)
+        server.stop(grace=10)
