@@ -1,4 +1,5 @@
-"""`python -m benchmarks [ingest|stages|memory|queries|all] [options]` (`./dev bench ...`).
+"""`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, memory,
+queries, host-calls, host-app, host-startup or all.
 
 This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
 threads inherit it) and starts the server pinned to core 0."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from benchmarks import ingest, memory, queries, stages
+from benchmarks import host_app, host_calls, host_startup, ingest, memory, queries, stages
 from benchmarks.server import CLIENT_CORE
 
 DBS = ("sqlite", "postgresql")
@@ -44,6 +45,20 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("queries", help="API latency: one 10k-call request, flame graph of 100k")
     p.add_argument("--db", choices=DBS, default="sqlite")
     p.add_argument("--requests", type=int, default=100_000, help="stored small requests")
+    p = sub.add_parser(
+        "host-calls", help="ns added per instrumented call: gate closed/open, sampled"
+    )
+    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds of every mode")
+    p.add_argument(
+        "--calls", type=int, default=200_000, help="instrumented calls per mode and round"
+    )
+    p = sub.add_parser("host-app", help="app worker CPU per request, instrumented vs plain")
+    p.add_argument("--app", choices=host_app.APPS, default="flask")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds of every setup")
+    p.add_argument("--requests", type=int, default=1500, help="requests per setup and round")
+    p = sub.add_parser("host-startup", help="import time of a big package: plain, cold, warm")
+    p.add_argument("--functions", type=int, default=3000, help="functions in the package")
+    p.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every setup")
     sub.add_parser("all", help="everything with default options (about 15 minutes)")
     return parser
 
@@ -56,6 +71,10 @@ ALL = (
     ["stages", "--db", "postgresql"],
     ["queries", "--db", "sqlite"],
     ["memory", "--db", "sqlite"],
+    ["host-calls"],
+    ["host-app", "--app", "flask"],
+    ["host-app", "--app", "starlette"],
+    ["host-startup"],
 )
 
 
@@ -76,6 +95,12 @@ def _run(args: argparse.Namespace) -> None:
         )
     elif args.benchmark == "queries":
         queries.run(args.db, args.requests)
+    elif args.benchmark == "host-calls":
+        host_calls.run(args.rounds, args.calls)
+    elif args.benchmark == "host-app":
+        host_app.run(args.app, args.rounds, args.requests)
+    elif args.benchmark == "host-startup":
+        host_startup.run(args.functions, args.rounds)
 
 
 def main(argv: list[str] | None = None) -> None:

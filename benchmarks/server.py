@@ -51,7 +51,7 @@ def fresh_database(kind: str) -> Iterator[str]:
         admin.dispose()
 
 
-def _stat_cpu(path: str) -> tuple[str, float]:
+def stat_cpu(path: str) -> tuple[str, float]:
     """(comm, user+system seconds) from a /proc/.../stat file."""
     with open(path) as f:
         raw = f.read()
@@ -71,7 +71,7 @@ def backends_cpu(database: str) -> dict[int, float]:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 title = f.read().replace(b"\0", b" ").decode(errors="replace")
             if title.startswith("postgres: ") and f" {database} " in title:
-                out[int(pid)] = _stat_cpu(f"/proc/{pid}/stat")[1]
+                out[int(pid)] = stat_cpu(f"/proc/{pid}/stat")[1]
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
     return out
@@ -81,8 +81,11 @@ class ServerProcess:
     """`taskset -c 0 python -m profiler_server` on OS-chosen loopback ports (read from its
     log). With `profile_to`, the server runs under cProfile (benchmarks/profiled_server.py)."""
 
-    def __init__(self, db_url: str, profile_to: Path | None = None) -> None:
+    def __init__(
+        self, db_url: str, profile_to: Path | None = None, core: int = SERVER_CORE
+    ) -> None:
         self.db_url = db_url
+        self.core = core
         self.profile_to = profile_to
         self.target = ""
         self.http = ""
@@ -115,7 +118,7 @@ class ServerProcess:
         command = [
             "taskset",
             "-c",
-            str(SERVER_CORE),
+            str(self.core),
             sys.executable,
             *module,
             "--listen",
@@ -171,7 +174,7 @@ class ServerProcess:
         raise RuntimeError("no VmRSS in /proc status")
 
     def cpu_seconds(self) -> float:
-        return _stat_cpu(f"/proc/{self.pid}/stat")[1]
+        return stat_cpu(f"/proc/{self.pid}/stat")[1]
 
     def thread_cpu(self) -> dict[int, tuple[str, float]]:
         """tid -> (name, CPU seconds). Python threads all show as `python`; the main thread
@@ -179,7 +182,7 @@ class ServerProcess:
         out = {}
         for tid in os.listdir(f"/proc/{self.pid}/task"):
             try:
-                name, seconds = _stat_cpu(f"/proc/{self.pid}/task/{tid}/stat")
+                name, seconds = stat_cpu(f"/proc/{self.pid}/task/{tid}/stat")
             except (FileNotFoundError, ProcessLookupError):
                 continue
             out[int(tid)] = ("main" if int(tid) == self.pid else name, seconds)

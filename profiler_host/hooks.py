@@ -2,8 +2,9 @@
 
 Each hook swallows `Exception` (counted, logged once) so user code never sees one;
 `BaseException` (KeyboardInterrupt from a signal handler) passes through unchanged.
-A token is `(lane, function id, call id)` for plain calls and a list with a fourth item,
-"suspended", for generators and coroutines.
+A token is `(lane.record, function << KIND_BITS, call id, lane)` for plain calls and
+`[lane, function << KIND_BITS, call id, suspended]` for generators and coroutines (events
+are recorded as `recording` describes).
 
 A frame that gives control away through `await`/`yield from` runs no hook then (nothing
 may stand between SEND and YIELD_VALUE), so its suspension is recorded when it resumes,
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from threading import get_ident
 from time import monotonic_ns
 
 from profiler_core.model import EventKind, LaneKind
 from profiler_host import recording
+from profiler_host.recording import KIND_BITS
 from profiler_host.rewriter import Hooks
 
 log = logging.getLogger("profiler_host")
@@ -56,7 +59,7 @@ def _failed() -> None:
 
 def _own_lane(lane: recording.Lane) -> recording.Lane:
     """The lane of this thread: a context copied into another thread gets its own lane."""
-    ident = threading.get_ident()
+    ident = get_ident()
     request = lane.request
     for other in request.lanes:
         if other.thread == ident and other.parent is lane:
@@ -66,15 +69,17 @@ def _own_lane(lane: recording.Lane) -> recording.Lane:
 
 def enter(lane: recording.Lane, fid: int) -> tuple | None:
     try:
-        if lane.thread != threading.get_ident():
+        if lane.thread != get_ident():
             lane = _own_lane(lane)
         request = lane.request
         cid = next(request.calls)
         if cid > request.event_cap >> 1:
             request.truncated = True
             return None
-        lane.append((ENTER, fid, cid, monotonic_ns()))
-        return (lane, fid, cid)
+        fk = fid << KIND_BITS
+        record = lane.record
+        record((fk | ENTER, cid, monotonic_ns()))
+        return (record, fk, cid, lane)
     except Exception:
         _failed()
         return None
@@ -84,12 +89,12 @@ def enter_resumable(lane: recording.Lane, fid: int) -> list | None:
     token = enter(lane, fid)
     if token is None:
         return None
-    token = [*token, False]
+    resumable = [token[3], token[1], token[2], False]
     try:
-        _running_push(token)
+        _running_push(resumable)
     except Exception:
         _failed()
-    return token
+    return resumable
 
 
 def _running_push(token: list) -> None:
@@ -110,7 +115,7 @@ def _running_pop(token: list, since: int) -> None:
     while running[-1] is not token:
         above = running.pop()
         above[3] = True  # its own resume hook records only the RESUME
-        lane.append((SUSPEND, above[1], above[2], since))
+        lane.record((above[1] | SUSPEND, above[2], since))
     running.pop()
     if not running:
         _RUNNING.pop(lane, None)
@@ -118,39 +123,50 @@ def _running_pop(token: list, since: int) -> None:
 
 def _since(lane: recording.Lane, now: int) -> int:
     """When a frame that gave control away without a hook stopped: at the lane's last event."""
-    events = lane.events
-    return events[-1][3] if events else now
+    buffer = lane.buffer
+    return buffer[-1] if buffer else now  # an event ends with its ns
 
 
-def exit(token: tuple | list) -> None:
+def exit(token: tuple) -> None:
     try:
-        now = monotonic_ns()
-        if token.__class__ is list:
-            _running_pop(token, _since(token[0], now))
-        token[0].append((EXIT, token[1], token[2], now))
+        token[0]((token[1] | EXIT, token[2], monotonic_ns()))
+    except Exception:
+        _failed()
+
+
+def _exit_resumable(token: list, kind: int) -> None:
+    now = monotonic_ns()
+    lane = token[0]
+    _running_pop(token, _since(lane, now))
+    lane.record((token[1] | kind, token[2], now))
+
+
+def exit_resumable(token: list) -> None:
+    try:
+        _exit_resumable(token, EXIT)
     except Exception:
         _failed()
 
 
 def exit_exception(token: tuple | list, exc: BaseException) -> None:
     try:
-        now = monotonic_ns()
         if token.__class__ is list:
-            _running_pop(token, _since(token[0], now))
-        token[0].append((EXIT_EXCEPTION, token[1], token[2], now))
+            _exit_resumable(token, EXIT_EXCEPTION)
+        else:
+            token[0]((token[1] | EXIT_EXCEPTION, token[2], monotonic_ns()))
     except Exception:
         _failed()
 
 
 def suspend(token: list) -> None:
     try:
-        append = token[0].append
+        lane, fk, cid, suspended = token
         now = monotonic_ns()
-        if token[3]:  # a throw() caught inside the generator resumed it without a hook
-            append((RESUME, token[1], token[2], now))
+        if suspended:  # a throw() caught inside the generator resumed it without a hook
+            lane.record((fk | RESUME, cid, now))
         else:
-            _running_pop(token, _since(token[0], now))
-        append((SUSPEND, token[1], token[2], now))
+            _running_pop(token, _since(lane, now))
+        lane.record((fk | SUSPEND, cid, now))
         token[3] = True
     except Exception:
         _failed()
@@ -158,7 +174,7 @@ def suspend(token: list) -> None:
 
 def resume(token: list) -> None:
     try:
-        token[0].append((RESUME, token[1], token[2], monotonic_ns()))
+        token[0].record((token[1] | RESUME, token[2], monotonic_ns()))
         token[3] = False
         _running_push(token)
     except Exception:
@@ -172,13 +188,13 @@ def resume_delegated(token: list) -> None:
     (aclose(), athrow()) and awaited while handling that, or it is the inner part of an
     await chain whose outer frame resumed first (see `_RUNNING`)."""
     try:
-        lane = token[0]
+        lane, fk, cid, suspended = token
         now = monotonic_ns()
-        if not token[3]:
+        if not suspended:
             since = _since(lane, now)
             _running_pop(token, since)
-            lane.append((SUSPEND, token[1], token[2], since))
-        lane.append((RESUME, token[1], token[2], now))
+            lane.record((fk | SUSPEND, cid, since))
+        lane.record((fk | RESUME, cid, now))
         token[3] = False
         _running_push(token)
     except Exception:
@@ -191,6 +207,7 @@ HOOKS = Hooks(
     enter=enter,
     enter_resumable=enter_resumable,
     exit=exit,
+    exit_resumable=exit_resumable,
     exit_exception=exit_exception,
     suspend=suspend,
     resume=resume,

@@ -75,6 +75,6 @@ def _instrumenting_subclass(base: type, instrumenter: Instrumenter) -> type:
 
     def get_code(self: object, fullname: str) -> CodeType | None:
         code = original_get_code(self, fullname)
-        return None if code is None else instrumenter.transform(code, fullname)
+        return None if code is None else instrumenter.transform_module(code, fullname)
 
     return type(base.__name__, (base,), {"get_code": get_code, "__module__": base.__module__})

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from types import CodeType, FunctionType
 
 from profiler_host import rewriter
+from profiler_host.codecache import CodeCache
 from profiler_host.functions import FunctionRegistry
 from profiler_host.hooks import HOOKS
 
@@ -27,10 +28,12 @@ class Instrumenter:
         wanted: Callable[[str], bool],
         registry: FunctionRegistry,
         hooks: rewriter.Hooks = HOOKS,
+        cache: CodeCache | None = None,
     ) -> None:
         self.wanted = wanted
         self.registry = registry
         self.hooks = hooks
+        self.cache = cache
         self._lock = threading.RLock()
         self._twins: dict[int, tuple[CodeType, CodeType]] = {}  # id(original) -> both
         self._originals: dict[int, CodeType] = {}  # id(instrumented) -> original
@@ -45,6 +48,26 @@ class Instrumenter:
         """The instrumented twin of `code` and of every code object nested in it."""
         with self._lock:
             return self._transform(code, module)
+
+    def transform_module(self, code: CodeType, module: str) -> CodeType:
+        """`transform` for a whole module's code, through the disk cache when there is one."""
+        with self._lock:
+            if self.cache is None:
+                return self._transform(code, module)
+            hit = self.cache.load(module, code, lambda c: self._register(module, c))
+            if hit is not None:
+                instrumented, pairs = hit
+                for original, twin in pairs:
+                    self._twins[id(original)] = (original, twin)
+                    self._originals[id(twin)] = original
+                return instrumented
+            result = self._transform(code, module)
+            self.cache.store(module, code, result)
+            return result
+
+    def _register(self, module: str, code: CodeType) -> int:
+        self.functions_instrumented += 1
+        return self.registry.register(module, code)
 
     def _transform(self, code: CodeType, module: str) -> CodeType:
         if id(code) in self._originals:

@@ -1,10 +1,15 @@
 """Per-request event records: the only state the hooks touch.
 
 One `ContextVar` (`CURRENT`) holds the current *lane* (a thread or task of a sampled
-request) and nothing else: per-call state lives in the frame's token, never here. Hooks
-append `(kind, function, call, ns)` tuples to a lane's buffer without a lock; the
-transport drains buffers from its own thread by slicing off the first n items, which is
-safe against concurrent appends under the GIL.
+request) and nothing else: per-call state lives in the frame's token, never here.
+
+A lane's buffer is a flat list of ints, three per event: the function id and kind packed
+(`function << KIND_BITS | kind`), the call id and the monotonic ns. Ints are not tracked
+by the garbage collector, so a long request does not make every collection slower (a
+tuple per event did), and the first two stay below 2**30, where CPython's int arithmetic
+is fastest. Hooks add an event with one `extend` (atomic under the GIL, so a signal or a
+drain never splits it) and no lock; the transport drains from its own thread by slicing
+off the first n items.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from contextvars import ContextVar
 from time import monotonic_ns
 
 from profiler_core.model import MAIN_LANE, LaneKind
+
+KIND_BITS = 3  # EventKind values are 0..5
+_KIND_MASK = (1 << KIND_BITS) - 1
 
 CURRENT: ContextVar[Lane | None] = ContextVar("request_profiler_lane", default=None)
 
@@ -68,17 +76,29 @@ class Request:
         self.end_ns = monotonic_ns()
 
 
+def kind_of(function_kind: int) -> int:
+    """The kind of an event from its first int."""
+    return function_kind & _KIND_MASK
+
+
+def _decode(buffer: list[int]) -> list[tuple[int, int, int, int]]:
+    return [
+        (fk & _KIND_MASK, fk >> KIND_BITS, call, ns)
+        for fk, call, ns in zip(buffer[0::3], buffer[1::3], buffer[2::3], strict=True)
+    ]
+
+
 class Lane:
     """One thread or task of a request; its events are in order."""
 
     __slots__ = (
-        "append",
-        "events",
+        "buffer",
         "id",
         "kind",
         "name",
         "parent",
         "parent_call",
+        "record",
         "request",
         "start_ns",
         "thread",
@@ -101,13 +121,25 @@ class Lane:
         self.parent_call = parent_call
         self.start_ns = monotonic_ns()
         self.thread = threading.get_ident()
-        self.events: list[tuple[int, int, int, int]] = []
-        self.append = self.events.append
+        self.buffer: list[int] = []
+        self.record = self.buffer.extend  # record((function << KIND_BITS | kind, call, ns))
+
+    def append(self, event: tuple[int, int, int, int]) -> None:
+        """Records one `(kind, function, call, ns)` event (for tools and tests: the hooks
+        call `record` directly)."""
+        kind, function, call, ns = event
+        self.record((function << KIND_BITS | kind, call, ns))
+
+    @property
+    def events(self) -> list[tuple[int, int, int, int]]:
+        """The events not drained yet as `(kind, function, call, ns)`, left in place."""
+        return _decode(self.buffer[:])
 
     def drain(self) -> list[tuple[int, int, int, int]]:
-        """Takes the events recorded so far; appends racing with this stay for next time."""
-        events = self.events
-        count = len(events)
-        taken = events[:count]
-        del events[:count]
-        return taken
+        """Takes the events recorded so far as `(kind, function, call, ns)`; events
+        recorded while this runs stay for next time."""
+        buffer = self.buffer
+        count = len(buffer)
+        taken = buffer[:count]
+        del buffer[:count]
+        return _decode(taken)

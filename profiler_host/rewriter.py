@@ -5,9 +5,10 @@ the call is not recorded, else what the enter hook returned. Entry code runs aft
 first RESUME (so generators and coroutines enter on first resume); every RETURN_VALUE,
 every yield, every resume after a yield and a catch-all exception handler hand the token
 to a hook, which only runs when the token is not None. The gate in front of the enter
-hook reads a shared list constant, so a process with no sampled request pays two
-instructions per call and no name lookups. See DESIGN.md §4 for why each step is where it
-is; `stackdepth` re-checks every result, and a code object that fails keeps its original.
+hook reads a shared list constant, so a process with no sampled request pays three
+instructions on entry and two per return, and no name lookups. See DESIGN.md §4 for why
+each step is where it is; `stackdepth` re-checks every result, and a code object that
+fails keeps its original.
 """
 
 from __future__ import annotations
@@ -48,10 +49,18 @@ class Hooks:
     enter: Callable[[Any, int], Any]  # (lane, function id) -> token or None
     enter_resumable: Callable[[Any, int], Any]  # same, for generators and coroutines
     exit: Callable[[Any], None]
+    exit_resumable: Callable[[Any], None]  # same, for generators and coroutines
     exit_exception: Callable[[Any, BaseException], None]
     suspend: Callable[[Any], None]  # before a plain yield
     resume: Callable[[Any], None]  # after a plain yield
     resume_delegated: Callable[[Any], None]  # after a yield from / await gave control away
+
+
+class FunctionId(int):
+    """The function-id constant: its own type, so it never shares a co_consts slot with an
+    equal user constant (the code cache replaces it by position)."""
+
+    __slots__ = ()
 
 
 class NotInstrumentable(Exception):
@@ -73,7 +82,8 @@ def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
     before = stackdepth.depths(code)
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     resumable = bool(code.co_flags & RESUMABLE)
-    _Injector(bc, hooks, function_id, resumable, _depth_by_position(code, before)).run()
+    fid = FunctionId(function_id)
+    _Injector(bc, hooks, fid, resumable, _depth_by_position(code, before)).run()
     rewritten = _to_code(bc, code, stacksize=code.co_stacksize + 8)
     stackdepth.check(rewritten)
     return rewritten.replace(co_stacksize=max(stackdepth.depths(rewritten).values()))
@@ -189,14 +199,31 @@ class _Injector:
         )
 
     def _exit_on_return(self, ret: Instr) -> None:
-        """[token, value] -> exit(token) -> [value] -> RETURN_VALUE, with the return's line.
+        """[token, value] -> [value] -> RETURN_VALUE, through exit(token) unless the token is
+        None: a call not recorded pays two instructions (SWAP, JUMP_IF_TRUE_OR_POP: tokens
+        are non-empty tuples and lists). The hook call carries the return's line.
 
         Not covered by the catch-all: a BaseException from the exit hook must not also
         record an exit by exception.
         """
         loc = ret.location
-        self._hook_call(self.hooks.exit, 1, loc, covered=False)
-        self._emit(False, Instr("SWAP", 2, location=loc), Instr("POP_TOP", location=loc), ret)
+        record = Label()
+        hook = self.hooks.exit_resumable if self.resumable else self.hooks.exit
+        self._emit(
+            False,
+            Instr("SWAP", 2, location=loc),
+            Instr("JUMP_IF_TRUE_OR_POP", record, location=loc),
+            ret,
+            record,
+            Instr("PUSH_NULL", location=loc),
+            Instr("SWAP", 2, location=loc),
+            Instr("LOAD_CONST", hook, location=loc),
+            Instr("SWAP", 2, location=loc),
+            Instr("PRECALL", 1, location=loc),
+            Instr("CALL", 1, location=loc),
+            Instr("POP_TOP", location=loc),
+            Instr("RETURN_VALUE", location=loc),
+        )
 
     def _handler(self) -> None:
         """Catch-all target: [token, lasti, exc] -> exit_exception(token, exc) -> re-raise

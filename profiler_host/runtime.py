@@ -11,8 +11,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import Token
+from pathlib import Path
 
 from profiler_host import hooks, recording
+from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
@@ -31,7 +33,7 @@ class Profiler:
         self.settings = settings
         self.registry = FunctionRegistry()
         self.filter = ModuleFilter(settings.include or ("__main__",), settings.exclude)
-        self.instrumenter = Instrumenter(self.filter, self.registry)
+        self.instrumenter = Instrumenter(self.filter, self.registry, cache=_code_cache(settings))
         self.finder = InstrumentingFinder(self.instrumenter)
         self.sampler = Sampler(settings.sample_rate, settings.route_interval)
         self.transport = Transport(
@@ -139,6 +141,14 @@ def reset(token: Token[recording.Lane | None]) -> None:
         CURRENT.reset(token)
     except ValueError:  # ended in another context than it began
         CURRENT.set(None)
+
+
+def _code_cache(settings: HostSettings) -> CodeCache | None:
+    if settings.code_cache == "off":
+        return None
+    return CodeCache(
+        Path(settings.code_cache) if settings.code_cache else default_directory(), hooks.HOOKS
+    )
 
 
 def process_name(argv: list[str]) -> str:

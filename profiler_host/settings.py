@@ -60,6 +60,12 @@ OPTIONS = [
         positive_int,
     ),
     Option(
+        "code-cache",
+        "",
+        "directory for rewritten code, so warm starts skip rewriting; 'off' disables "
+        "[default: $XDG_CACHE_HOME/request-profiler or ~/.cache/request-profiler]",
+    ),
+    Option(
         "force-secret",
         "",
         "when set, requests with header X-Profiler-Force: <secret> are always sampled",
@@ -82,6 +88,7 @@ class HostSettings:
     flush_interval: float
     flush_timeout: float
     max_request_events: int
+    code_cache: str
     force_secret: str
 
     @classmethod

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,13 +45,17 @@ def tree(server: ServerProcess, request_id: str) -> dict:
 
 
 def serve_profiled(
-    server: ServerProcess, tmp_path: Path, service: str, *command: str
+    server: ServerProcess,
+    tmp_path: Path,
+    service: str,
+    *command: str,
+    options: Sequence[str] = ("--sample-rate", "1000"),
 ) -> HttpProcess:
     """An app server under `profiler-host run` on a free port (`{port}` in the command)."""
     port = free_port()
     env = {**os.environ, "PROFILING_TARGET_DB": str(tmp_path / "shop.sqlite3")}
     args = [arg.format(port=port) for arg in command]
-    wrapped = host("--server", server.target, "--service", service, "--sample-rate", "1000")
+    wrapped = host("--server", server.target, "--service", service, *options)
     return HttpProcess([*wrapped, "--", *args], tmp_path / "app.log", port, "/health", env=env)
 
 
@@ -218,7 +222,7 @@ def test_multiprocessing_children_stream_their_own_sessions(server: ServerProces
     script.write_text(POOL_SCRIPT)
     command = host(
         "--server", server.target, "--service", "pool", "--whole-process", "true",
-        "--", sys.executable, str(script),
+        "--flush-timeout", "20s", "--", sys.executable, str(script),
     )  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -235,3 +239,66 @@ def test_multiprocessing_children_stream_their_own_sessions(server: ServerProces
         names = functions_of(tree(server, request["id"])["lanes"][0]["root"])
         work_calls += names.count("__main__:work")
     assert work_calls == 4
+
+
+def test_forced_requests_and_the_event_cap(server: ServerProcess, tmp_path: Path):
+    command = [*GUNICORN, "profiling_target.wsgi:app"]
+    wrapped = ["--sample-rate", "0", "--force-secret", "s3cret", "--max-request-events", "100"]
+    app = serve_profiled(server, tmp_path, "forced", *command, options=wrapped)
+    try:
+        for header in ({}, {"X-Profiler-Force": "wrong"}):
+            assert httpx.get(f"{app.url}/products/1", headers=header, timeout=30).is_success
+        forced = {"X-Profiler-Force": "s3cret"}
+        assert httpx.get(f"{app.url}/report", headers=forced, timeout=30).is_success
+        stored = eventually(lambda: stored_requests(server.http, service="forced"), timeout=30)
+        assert httpx.get(f"{app.url}/health", timeout=30).is_success
+    finally:
+        app.stop(grace=15)
+    assert [r["route"] for r in stored] == ["/report"]  # sampling off: only the forced one
+    assert stored[0]["truncated"] is True
+    assert 40 <= stored[0]["calls"] <= 50  # 100 events: enters and exits of at most 50 calls
+
+
+CHAINED = """
+import os
+os.environ["USER_SITECUSTOMIZE_RAN"] = "yes"
+"""
+
+TRACED = """
+import os
+import sys
+import profiler_host
+
+def work():
+    return sum(range(10))
+
+print(os.environ.get("USER_SITECUSTOMIZE_RAN"))
+sys.settrace(lambda *args: None)
+with profiler_host.profile_request("traced"):
+    work()
+sys.settrace(None)
+with profiler_host.profile_request("untraced"):
+    work()
+"""
+
+
+def test_user_sitecustomize_runs_and_tracers_are_not_sampled(server: ServerProcess, tmp_path: Path):
+    user_site = tmp_path / "user_site"
+    user_site.mkdir()
+    (user_site / "sitecustomize.py").write_text(CHAINED)
+    script = tmp_path / "traced.py"
+    script.write_text(TRACED)
+    env = {**os.environ, "PYTHONPATH": str(user_site)}
+    command = host(
+        "--server", server.target, "--service", "traced", "--sample-rate", "1000",
+        "--", sys.executable, str(script),
+    )  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "yes"
+    stored = eventually(lambda: stored_requests(server.http, service="traced"), timeout=20)
+    assert [r["route"] for r in stored] == ["untraced"]
+    root = tree(server, stored[0]["id"])["lanes"][0]["root"]
+    assert functions_of(root)[1:] == ["__main__:work"]

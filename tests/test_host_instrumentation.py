@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler_host import hooks, recording
+from profiler_host.codecache import CodeCache
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
@@ -175,3 +176,49 @@ def test_profiler_and_protected_packages_are_never_instrumented():
     explicit = ModuleFilter(("json", "json.*", "profiler_host.*"))
     assert explicit("json.decoder") and explicit("json")
     assert not explicit("profiler_host.hooks")
+
+
+def import_fresh(name: str, cache_dir: Path) -> tuple[object, Instrumenter]:
+    """Imports `name` anew under an instrumenter whose rewritten code goes through the cache."""
+    for loaded in [m for m in sys.modules if m.split(".")[0] == name.split(".")[0]]:
+        del sys.modules[loaded]
+    inst = Instrumenter(
+        ModuleFilter(("shopapp.*",)), FunctionRegistry(), cache=CodeCache(cache_dir, hooks.HOOKS)
+    )
+    finder = InstrumentingFinder(inst)
+    finder.install()
+    try:
+        return importlib.import_module(name), inst
+    finally:
+        finder.uninstall()
+
+
+def test_code_cache_gives_the_same_instrumented_module(package: Path, tmp_path: Path):
+    cache_dir = tmp_path / "cache"
+    cold, cold_inst = import_fresh("shopapp.core", cache_dir)
+    try:
+        assert cold_inst.cache.misses == 2 and len(list(cache_dir.iterdir())) == 2  # + __init__
+        cold_names = [(d.qualname, d.line) for d in cold_inst.registry.defs]
+    finally:
+        cold_inst.uninstrument()
+    warm, warm_inst = import_fresh("shopapp.core", cache_dir)
+    try:
+        assert warm_inst.cache.hits == 2
+        assert [(d.qualname, d.line) for d in warm_inst.registry.defs] == cold_names
+        assert warm_inst.functions_instrumented == len(cold_names) >= 8
+        assert instrumented(warm.plain) and instrumented(warm.Shape.name.fget)
+        assert warm.plain.__code__.co_consts[: len(cold.plain.__code__.co_consts)]
+        result, entered = record(warm.decorated, 5)
+        assert result == 10
+        names = {warm_inst.registry.defs[e[1] - 1].qualname for e in entered}
+        assert names == {"decorate.<locals>.wrapper", "decorated"}
+    finally:
+        warm_inst.uninstrument()
+    assert not instrumented(warm.plain) and not instrumented(warm.add_two)
+    (package / "core.py").write_text(textwrap.dedent(MODULE) + "\n\ndef later():\n    pass\n")
+    changed, changed_inst = import_fresh("shopapp.core", cache_dir)
+    try:
+        assert changed_inst.cache.hits == 1 and changed_inst.cache.misses == 1  # core only
+        assert instrumented(changed.later)
+    finally:
+        changed_inst.uninstrument()

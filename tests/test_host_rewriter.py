@@ -407,14 +407,14 @@ def failing_hooks(kind: int, exc: BaseException) -> tuple[rewriter.Hooks, record
     event of `kind` is appended (a custom Hooks instance: own gate, own `current`)."""
     req = recording.Request(request_id=7, route="/fail", method="GET", event_cap=1000)
     lane = req.main
-    events = lane.events
+    record = lane.record
 
-    def append(event: tuple) -> None:
-        if event[0] == kind:
+    def failing(event: tuple[int, int]) -> None:
+        if recording.kind_of(event[0]) == kind:
             raise exc
-        events.append(event)
+        record(event)
 
-    lane.append = append
+    lane.record = failing
     custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: lane)
     return custom, req
 
