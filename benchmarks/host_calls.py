@@ -4,7 +4,8 @@ this one) and sampled (enter and exit recorded), beside cProfile on the plain fu
 
 Modes run interleaved, in a shuffled order per round, so this VM's drifting speed hits all
 of them alike; each figure is the median (and range) over rounds of
-(mode's time - plain time) / instrumented calls.
+(mode's time - plain time) / instrumented calls. The hooks are the C hot path when it is
+built (`PROFILER_PURE_PYTHON=1` measures the Python ones); the JSON records which.
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ def run(rounds: int, calls: int, seed: int = 1) -> dict:
         for label, s in by_mode.items()
     ]
     print(results.table(("functions", "ns per call", "median", "range", "rounds"), rows))
-    path = results.save("host-calls", {"rounds": rounds, "calls_per_round": calls, **out})
+    print(f"hooks: {recording.IMPLEMENTATION}")
+    saved = {"rounds": rounds, "calls_per_round": calls, "hooks": recording.IMPLEMENTATION}
+    path = results.save("host-calls", {**saved, **out})
     print(f"\nresults: {path}")
     return out

@@ -12,6 +12,10 @@ and the outermost frame of an await chain resumes first. To keep each lane's eve
 nested, `_RUNNING` lists per lane the resumable calls its events show running; when a hook
 runs for one of them, the calls above it there are in fact suspended and get their SUSPEND
 first.
+
+The functions below are the reference implementation. When `profiler_host._hotpath` is
+built (and `PROFILER_PURE_PYTHON` is not set), `HOOKS` holds its C twins instead: the same
+events, tokens and failure handling, without Python frames (see `recording.IMPLEMENTATION`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ EXIT = int(EventKind.EXIT)
 EXIT_EXCEPTION = int(EventKind.EXIT_EXCEPTION)
 SUSPEND = int(EventKind.SUSPEND)
 RESUME = int(EventKind.RESUME)
+READY = int(EventKind.READY)
 
 
 class Gate(list):
@@ -45,21 +50,31 @@ class Gate(list):
 
 
 ACTIVE = Gate()
+UNCLAIMED = 0  # Lane.thread of a lane made for work that has not started yet
 errors = [0]  # hook failures since start
 # lane -> tokens of the resumable calls its events show running, oldest first; a lane's
 # entry goes when its list empties (tokens never hold the list)
 _RUNNING: dict[recording.Lane, list[list]] = {}
 
 
-def _failed() -> None:
+def _failed(exc: BaseException | None = None) -> None:
+    """Counts a hook failure (the C hooks pass the exception, the Python ones handle it)."""
     errors[0] += 1
     if errors[0] == 1:
-        log.warning("request-profiler: a hook failed; the call was not recorded", exc_info=True)
+        log.warning(
+            "request-profiler: a hook failed; the call was not recorded",
+            exc_info=exc if exc is not None else True,
+        )
 
 
 def _own_lane(lane: recording.Lane) -> recording.Lane:
-    """The lane of this thread: a context copied into another thread gets its own lane."""
+    """The lane of this thread. A lane handed to another thread (`propagation`) is claimed
+    by the first thread that records in it; a context copied into another thread without
+    one gets a lane of its own."""
     ident = get_ident()
+    if lane.thread == UNCLAIMED:
+        lane.thread = ident
+        return lane
     request = lane.request
     for other in request.lanes:
         if other.thread == ident and other.parent is lane:
@@ -201,7 +216,7 @@ def resume_delegated(token: list) -> None:
         _failed()
 
 
-HOOKS = Hooks(
+PYTHON_HOOKS = Hooks(
     gate=ACTIVE,
     current=recording.CURRENT.get,
     enter=enter,
@@ -213,3 +228,44 @@ HOOKS = Hooks(
     resume=resume,
     resume_delegated=resume_delegated,
 )
+
+
+def ready(lane: recording.Lane) -> None:
+    """The task running in `lane` was woken (what it awaited is done). Its await chain has
+    been suspended since the lane's last event, innermost first; from now on it is ready."""
+    try:
+        running = _RUNNING.get(lane)
+        if not running:
+            return
+        now = monotonic_ns()
+        since = _since(lane, now)
+        for token in reversed(running):
+            if not token[3]:
+                lane.record((token[1] | SUSPEND, token[2], since))
+                token[3] = True
+        for token in running:
+            lane.record((token[1] | READY, token[2], now))
+    except Exception as exc:
+        _failed(exc)
+
+
+def _c_hooks() -> Hooks:
+    from profiler_host import _hotpath
+
+    _hotpath.configure(_own_lane, _failed, _RUNNING)
+    return Hooks(
+        gate=ACTIVE,
+        current=recording.CURRENT.get,
+        enter=_hotpath.enter,
+        enter_resumable=_hotpath.enter_resumable,
+        exit=_hotpath.exit,
+        exit_resumable=_hotpath.exit_resumable,
+        exit_exception=_hotpath.exit_exception,
+        suspend=_hotpath.suspend,
+        resume=_hotpath.resume,
+        resume_delegated=_hotpath.resume_delegated,
+    )
+
+
+# the C hooks need the C lanes (recording picks both, or neither)
+HOOKS = _c_hooks() if recording.IMPLEMENTATION == "c" else PYTHON_HOOKS

@@ -10,49 +10,86 @@ tuple per event did), and the first two stay below 2**30, where CPython's int ar
 is fastest. Hooks add an event with one `extend` (atomic under the GIL, so a signal or a
 drain never splits it) and no lock; the transport drains from its own thread by slicing
 off the first n items.
+
+What the hooks touch lives in `RequestCore` and `LaneCore`: C types from
+`profiler_host._hotpath` when it is built (the hooks then read C fields, not attributes),
+else the Python classes below. `PROFILER_PURE_PYTHON=1` picks the Python ones.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import threading
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from time import monotonic_ns
 
-from profiler_core.model import MAIN_LANE, LaneKind
+from profiler_core.model import MAIN_LANE, EventKind, LaneKind
 
+EVENT_INTS = 3  # ints per event in a lane's buffer
 KIND_BITS = 3  # EventKind values are 0..5
 _KIND_MASK = (1 << KIND_BITS) - 1
 
 CURRENT: ContextVar[Lane | None] = ContextVar("request_profiler_lane", default=None)
 
 
-class Request:
-    """A sampled unit of work: an HTTP request, a job, or the whole process."""
+class _PyRequestCore:
+    """What the hooks read and write of a request (Python twin of `_hotpath.RequestCore`)."""
 
-    __slots__ = (
-        "calls",
-        "end_ns",
-        "event_cap",
-        "id",
-        "lanes",
-        "method",
-        "route",
-        "start_ns",
-        "status",
-        "truncated",
-    )
+    __slots__ = ("calls", "event_cap", "truncated")
+
+    def __init__(self, event_cap: int) -> None:
+        self.event_cap = event_cap
+        self.truncated = False
+        self.calls: Iterator[int] = itertools.count(1)  # request-wide call ids; next() is atomic
+
+
+class _PyLaneCore:
+    """What the hooks read and write of a lane (Python twin of `_hotpath.LaneCore`)."""
+
+    __slots__ = ("buffer", "record", "request", "thread")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.thread = threading.get_ident()
+        self.buffer: list[int] = []
+        # record((function << KIND_BITS | kind, call, ns))
+        self.record: Callable[[tuple[int, int, int]], None] = self.buffer.extend
+
+
+def _cores() -> tuple[type, type, str]:
+    if os.environ.get("PROFILER_PURE_PYTHON", "") not in ("", "0"):
+        return _PyRequestCore, _PyLaneCore, "python"
+    try:
+        from profiler_host import _hotpath
+    except ImportError:  # not built (no compiler at install time)
+        return _PyRequestCore, _PyLaneCore, "python"
+    kinds = ("ENTER", "EXIT", "EXIT_EXCEPTION", "SUSPEND", "RESUME")
+    built_for = [_hotpath.KIND_BITS, *(getattr(_hotpath, kind) for kind in kinds)]
+    if built_for != [KIND_BITS, *(int(EventKind[kind]) for kind in kinds)]:
+        return _PyRequestCore, _PyLaneCore, "python"  # built from other sources: stale
+    return _hotpath.RequestCore, _hotpath.LaneCore, "c"
+
+
+RequestCore, LaneCore, IMPLEMENTATION = _cores()
+
+
+class Request(RequestCore):
+    """A sampled unit of work: an HTTP request, a job, or the whole process.
+
+    From the core: `calls` (iterator of call ids), `event_cap`, `truncated`."""
+
+    __slots__ = ("end_ns", "id", "lanes", "method", "route", "start_ns", "status")
 
     def __init__(self, request_id: int, route: str, method: str, event_cap: int) -> None:
+        super().__init__(event_cap)
         self.id = request_id
         self.route = route
         self.method = method
         self.start_ns = monotonic_ns()
         self.end_ns: int | None = None
         self.status = 0
-        self.truncated = False
-        self.event_cap = event_cap
-        self.calls = itertools.count(1)  # request-wide call ids; next() is atomic
         self.lanes: list[Lane] = []
         self._add_lane(MAIN_LANE, LaneKind.MAIN, "main", None, 0)
 
@@ -88,21 +125,12 @@ def _decode(buffer: list[int]) -> list[tuple[int, int, int, int]]:
     ]
 
 
-class Lane:
-    """One thread or task of a request; its events are in order."""
+class Lane(LaneCore):
+    """One thread or task of a request; its events are in order.
 
-    __slots__ = (
-        "buffer",
-        "id",
-        "kind",
-        "name",
-        "parent",
-        "parent_call",
-        "record",
-        "request",
-        "start_ns",
-        "thread",
-    )
+    From the core: `request`, `thread` (ident), `buffer` and `record` (its `extend`)."""
+
+    __slots__ = ("carried", "id", "kind", "name", "parent", "parent_call", "start_ns")
 
     def __init__(
         self,
@@ -113,16 +141,14 @@ class Lane:
         parent: Lane | None,
         parent_call: int,
     ) -> None:
-        self.request = request
+        super().__init__(request)
         self.id = lane_id
         self.kind = kind
         self.name = name
         self.parent = parent
         self.parent_call = parent_call
         self.start_ns = monotonic_ns()
-        self.thread = threading.get_ident()
-        self.buffer: list[int] = []
-        self.record = self.buffer.extend  # record((function << KIND_BITS | kind, call, ns))
+        self.carried = 0  # ints at the buffer's start that were taken already
 
     def append(self, event: tuple[int, int, int, int]) -> None:
         """Records one `(kind, function, call, ns)` event (for tools and tests: the hooks
@@ -133,13 +159,17 @@ class Lane:
     @property
     def events(self) -> list[tuple[int, int, int, int]]:
         """The events not drained yet as `(kind, function, call, ns)`, left in place."""
-        return _decode(self.buffer[:])
+        return _decode(self.buffer[self.carried :])
 
     def drain(self) -> list[tuple[int, int, int, int]]:
         """Takes the events recorded so far as `(kind, function, call, ns)`; events
         recorded while this runs stay for next time."""
         buffer = self.buffer
         count = len(buffer)
-        taken = buffer[:count]
-        del buffer[:count]
+        taken = buffer[self.carried : count]
+        # the last event stays (marked taken): a frame that gives control away without a
+        # hook is suspended since the lane's last event, which hooks read at the end
+        keep = min(count, EVENT_INTS)
+        del buffer[: count - keep]
+        self.carried = keep
         return _decode(taken)

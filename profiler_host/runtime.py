@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from contextvars import Token
 from pathlib import Path
 
-from profiler_host import hooks, recording
+from profiler_host import hooks, propagation, recording
 from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
@@ -64,6 +64,8 @@ class Profiler:
         else:
             self.finder.install()
             self.instrumenter.sweep()
+        if self.settings.propagate:
+            propagation.install()
         atexit.register(self.stop)
         if self.settings.whole_process:
             self._begin_whole_process()
@@ -78,6 +80,7 @@ class Profiler:
             self._whole = None
         self.finder.uninstall()
         self.instrumenter.uninstrument()
+        propagation.uninstall()
         if not self.transport.stop(self.settings.flush_timeout):
             log.warning("request-profiler: the server did not store everything before exit")
 
@@ -110,6 +113,7 @@ class Profiler:
             return None
         request = Request(next(self._ids), route, method, self.settings.max_request_events)
         hooks.ACTIVE.append(request)
+        self.transport.start()  # a long request (whole process) streams while it runs
         return request
 
     def end(self, request: Request, status: int = 0) -> None:

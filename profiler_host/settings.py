@@ -50,6 +50,13 @@ OPTIONS = [
         "record the whole process as one request (scripts, jobs, test suites)",
         flag,
     ),
+    Option(
+        "propagate",
+        "true",
+        "carry sampled requests into the asyncio tasks, threads and thread-pool work they "
+        "start, each as a lane",
+        flag,
+    ),
     Option("buffer", "32MiB", "unacked profile data kept for the server; over it, drop", size),
     Option("flush-interval", "200ms", "how often recorded events are sent", duration),
     Option("flush-timeout", "2s", "longest wait at exit for the server to store", duration),
@@ -84,6 +91,7 @@ class HostSettings:
     sample_rate: float
     route_interval: float
     whole_process: bool
+    propagate: bool
     buffer: int
     flush_interval: float
     flush_timeout: float

@@ -61,6 +61,7 @@ class Transport:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # backlog and counters
+        self._collecting = threading.Lock()  # held while requests are between queue and backlog
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._new_session()
@@ -79,6 +80,10 @@ class Transport:
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
 
     # --- app side: cheap, never blocks on the network -------------------------------
+
+    def start(self) -> None:
+        """Starts streaming (in this process): running requests are sent as they record."""
+        self._ensure_thread()
 
     def submit(self, request: Request) -> None:
         """A request has ended; it is encoded and sent from the transport thread."""
@@ -123,6 +128,7 @@ class Transport:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
+        self._collecting = threading.Lock()
         self._new_session()
 
     def flush(self, timeout: float) -> bool:
@@ -132,8 +138,9 @@ class Transport:
         deadline = time.monotonic() + timeout
         self._wake.set()
         while time.monotonic() < deadline:
-            if not self._finished and not self._backlog:
-                return True
+            with self._collecting:  # a request being encoded is in neither
+                if not self._finished and not self._backlog:
+                    return True
             time.sleep(0.01)
         return False
 
@@ -228,6 +235,10 @@ class Transport:
         return message.SerializeToString()
 
     def _collect(self) -> None:
+        with self._collecting:
+            self._collect_locked()
+
+    def _collect_locked(self) -> None:
         """Encodes what was recorded since the last batch. Over budget, a request not yet
         announced is dropped whole; one already partly sent loses its new events and ends
         truncated (only its small end record still goes out)."""

@@ -372,7 +372,7 @@ def test_a_generator_entered_and_not_driven_to_its_end_does_not_unwind_its_calle
 # --- lanes -------------------------------------------------------------------------------------
 
 
-def test_spawned_lanes_hang_under_their_spawning_node_else_under_the_request_root() -> None:
+def test_spawned_lanes_hang_under_their_spawning_node_or_the_call_open_when_they_began() -> None:
     lanes = {
         1: LaneInfo(LaneKind.TASK, "worker", parent_lane=0, parent_call=1, start_ns=20),
         2: LaneInfo(LaneKind.THREAD, "orphan", parent_lane=0, parent_call=999, start_ns=None),
@@ -400,11 +400,12 @@ def test_spawned_lanes_hang_under_their_spawning_node_else_under_the_request_roo
     assert (worker.root.start, worker.root.end) == (20, 50)  # from its Lane record's start
     assert [fn(n) for n in worker.root.children] == ["app:h"]
     assert (orphan.parent_lane, orphan.parent_call) == (0, None)  # unknown call: request root
+    # no spawning call named: under the main lane's call open when it started (f, 10-100)
     assert (unnamed.kind, unnamed.name, unnamed.parent_lane, unnamed.parent_call) == (
         LaneKind.THREAD,
         "lane 3",
         0,
-        None,
+        1,
     )
     # the main lane's f is not disturbed by the other lanes' events
     f = calls(req)[1]
@@ -417,7 +418,7 @@ def test_spawned_lanes_hang_under_their_spawning_node_else_under_the_request_roo
     assert by_name["worker"].parent_node == f_index
     assert by_name["worker"].parent_lane == 0
     assert by_name["orphan"].parent_node == -1
-    assert by_name["lane 3"].parent_node == -1
+    assert by_name["lane 3"].parent_node == f_index
 
 
 def test_a_spawned_lanes_stacks_extend_its_spawning_nodes_stack() -> None:

@@ -3,6 +3,10 @@
 Every case of `tests/torture_cases.py` runs plain, instrumented but not sampled (gate
 closed; gate open but no lane in this context) and instrumented and sampled; what a user
 could observe must be identical, and the sampled event stream must be well formed.
+
+The hooks exist twice, in C (`profiler_host._hotpath`, what `hooks.HOOKS` holds when it is
+built) and in Python (`hooks.PYTHON_HOOKS`): tests that run hooks run under both, and
+`test_pure_python_fallback` runs them again with `PROFILER_PURE_PYTHON=1` (Python lanes too).
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ import importlib.machinery
 import importlib.util
 import inspect
 import marshal
+import os
 import re
 import subprocess
 import sys
+import threading
 import traceback
+import tracemalloc
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -45,6 +52,11 @@ CASES = [
 ]
 ENTER, EXIT, EXIT_EXCEPTION = hooks.ENTER, hooks.EXIT, hooks.EXIT_EXCEPTION
 SUSPEND, RESUME = hooks.SUSPEND, hooks.RESUME
+PURE_PYTHON = os.environ.get("PROFILER_PURE_PYTHON", "") not in ("", "0")
+# the hook implementations to test: the Python hooks run on C lanes as well
+IMPLEMENTATIONS = {"python": hooks.PYTHON_HOOKS}
+if recording.IMPLEMENTATION == "c":
+    IMPLEMENTATIONS["c"] = hooks.HOOKS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +73,45 @@ def plain() -> types.ModuleType:
     return torture_cases.load("torture_plain", None)[0]
 
 
-@pytest.fixture(scope="module")
-def instrumented() -> tuple[types.ModuleType, dict[int, types.CodeType]]:
-    return torture_cases.load("torture_instrumented", hooks.HOOKS)
+@pytest.fixture(scope="module", params=list(IMPLEMENTATIONS))
+def instrumented(request) -> tuple[types.ModuleType, dict[int, types.CodeType]]:
+    name = request.param
+    return torture_cases.load(f"torture_instrumented_{name}", IMPLEMENTATIONS[name])
+
+
+@pytest.fixture(params=list(IMPLEMENTATIONS))
+def implementation(request) -> rewriter.Hooks:
+    return IMPLEMENTATIONS[request.param]
+
+
+@pytest.mark.skipif(PURE_PYTHON, reason="PROFILER_PURE_PYTHON=1 selects the Python hooks")
+def test_c_hot_path_is_in_use() -> None:
+    """An install builds the C hot path (./dev setup, CI); a silent fallback must not pass."""
+    assert importlib.util.find_spec("profiler_host._hotpath") is not None, (
+        "profiler_host._hotpath is not built: `pip install -e .` needs a C compiler "
+        "(PROFILER_PURE_PYTHON=1 tests the Python hooks alone)"
+    )
+    from profiler_host import _hotpath
+
+    assert recording.IMPLEMENTATION == "c"
+    assert isinstance(recording.Request(1, "/", "GET", 10).main, _hotpath.LaneCore)
+    assert hooks.HOOKS.enter is _hotpath.enter and hooks.HOOKS.exit is _hotpath.exit
+
+
+@pytest.mark.skipif(PURE_PYTHON, reason="this is that run")
+def test_pure_python_fallback() -> None:
+    """The hook tests again with PROFILER_PURE_PYTHON=1: Python hooks on Python lanes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+         "behaves_the_same or await_chain or hook or lane_api or truncat"],
+        cwd=ROOT,
+        env={**os.environ, "PROFILER_PURE_PYTHON": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"\b[1-9]\d+ passed", done.stdout), done.stdout[-500:]
 
 
 @contextmanager
@@ -402,7 +450,9 @@ def scenario(fns: dict[str, Callable]) -> list:
     return out
 
 
-def failing_hooks(kind: int, exc: BaseException) -> tuple[rewriter.Hooks, recording.Request]:
+def failing_hooks(
+    kind: int, exc: BaseException | type[BaseException], implementation: rewriter.Hooks
+) -> tuple[rewriter.Hooks, recording.Request]:
     """The real hook functions, recording into a lane whose buffer raises `exc` when an
     event of `kind` is appended (a custom Hooks instance: own gate, own `current`)."""
     req = recording.Request(request_id=7, route="/fail", method="GET", event_cap=1000)
@@ -415,7 +465,7 @@ def failing_hooks(kind: int, exc: BaseException) -> tuple[rewriter.Hooks, record
         record(event)
 
     lane.record = failing
-    custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: lane)
+    custom = dataclasses.replace(implementation, gate=[True], current=lambda: lane)
     return custom, req
 
 
@@ -433,8 +483,8 @@ KINDS |= {"suspend": SUSPEND, "resume": RESUME}
 
 
 @pytest.mark.parametrize("kind", KINDS.values(), ids=KINDS.keys())
-def test_hook_raising_exception_is_swallowed(kind: int) -> None:
-    custom, req = failing_hooks(kind, ValueError("hook bug"))
+def test_hook_raising_exception_is_swallowed(kind: int, implementation) -> None:
+    custom, req = failing_hooks(kind, ValueError("hook bug"), implementation)
     before = hooks.errors[0]
     assert scenario(instrument(custom)) == scenario({f.__name__: f for f in SAMPLES})
     assert hooks.errors[0] > before
@@ -459,14 +509,14 @@ def _drive(fns: dict[str, Callable], kind: int) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS.values(), ids=KINDS.keys())
-def test_keyboard_interrupt_in_hook_propagates(kind: int) -> None:
-    custom, _ = failing_hooks(kind, KeyboardInterrupt())
+def test_keyboard_interrupt_in_hook_propagates(kind: int, implementation) -> None:
+    custom, _ = failing_hooks(kind, KeyboardInterrupt(), implementation)
     with pytest.raises(KeyboardInterrupt):
         _drive(instrument(custom), kind)
 
 
-def test_keyboard_interrupt_in_delegated_resume_propagates() -> None:
-    custom, _ = failing_hooks(RESUME, KeyboardInterrupt())
+def test_keyboard_interrupt_in_delegated_resume_propagates(implementation) -> None:
+    custom, _ = failing_hooks(RESUME, KeyboardInterrupt(), implementation)
     gen = instrument(custom)["delegating"](1)
     next(gen)
     with pytest.raises(KeyboardInterrupt):
@@ -475,7 +525,7 @@ def test_keyboard_interrupt_in_delegated_resume_propagates() -> None:
 
 
 @pytest.mark.parametrize("slot", KINDS)
-def test_custom_hook_raising_base_exception_propagates(slot: str) -> None:
+def test_custom_hook_raising_base_exception_propagates(slot: str, implementation) -> None:
     """The injected code itself never swallows: BaseException from any hook escapes."""
 
     def interrupt(*args: Any) -> None:
@@ -484,9 +534,118 @@ def test_custom_hook_raising_base_exception_propagates(slot: str) -> None:
     lane = recording.Request(request_id=8, route="/", method="GET", event_cap=100).main
     names = {"enter": ["enter", "enter_resumable"], "resume": ["resume", "resume_delegated"]}
     changes = dict.fromkeys(names.get(slot, [slot]), interrupt)
-    custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: lane, **changes)
+    custom = dataclasses.replace(implementation, gate=[True], current=lambda: lane, **changes)
     with pytest.raises(KeyboardInterrupt, match=slot):
         _drive(instrument(custom), KINDS[slot])
+
+
+# -- the C hooks and their Python twins -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def every_implementation() -> dict[str, tuple[types.ModuleType, dict]]:
+    return {
+        name: torture_cases.load(f"torture_compared_{name}", implementation)
+        for name, implementation in IMPLEMENTATIONS.items()
+    }
+
+
+def _stream(module: types.ModuleType, case: str) -> list[tuple]:
+    """Everything but the clock of what a sampled run records, lane by lane."""
+    with request(sampled=True) as req:
+        observe(getattr(module, case), traced=False)
+        gc.collect()
+    shape = [(lane.id, int(lane.kind), lane.parent_call) for lane in req.lanes]
+    events = [(lane.id, kind, fid, cid) for lane in req.lanes for kind, fid, cid, _ in lane.drain()]
+    return [req.truncated, shape, events]
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
+@pytest.mark.parametrize("case", sorted(set(CASES) - torture_cases.NEAR_RECURSION_LIMIT))
+def test_implementations_record_the_same_events(case: str, every_implementation) -> None:
+    """Kinds, functions, call ids, lanes: identical (the hooks' own frames make the Python
+    ones hit the recursion limit earlier, so that case is left out)."""
+    streams = {name: _stream(module, case) for name, (module, _) in every_implementation.items()}
+    assert streams["c"] == streams["python"]
+    assert streams["c"][2], "nothing recorded"
+
+
+def test_event_cap_truncates(implementation) -> None:
+    """Calls past half the cap are not recorded and mark the request truncated."""
+    fns = instrument(implementation)
+    req = recording.Request(request_id=3, route="/cap", method="GET", event_cap=6)
+    token = recording.CURRENT.set(req.main)
+    hooks.ACTIVE.append(req)
+    try:
+        assert [fns["returns"](n) for n in range(5)] == [1, 2, 3, 4, 5]
+    finally:
+        hooks.ACTIVE.remove(req)
+        recording.CURRENT.reset(token)
+    assert req.truncated
+    assert [(kind, cid) for kind, _, cid, _ in req.main.drain()] == [
+        (ENTER, 1), (EXIT, 1), (ENTER, 2), (EXIT, 2), (ENTER, 3), (EXIT, 3)
+    ]  # fmt: skip
+    assert next(req.calls) == 6  # ids 4 and 5 were taken, not recorded
+
+
+def test_lane_api() -> None:
+    """What tools, the transport and the propagation code use of lanes and requests."""
+    req = recording.Request(request_id=4, route="/api", method="GET", event_cap=100)
+    lane = req.main
+    assert lane.request is req and lane.thread == threading.get_ident()
+    assert (req.event_cap, req.truncated, next(req.calls), next(req.calls)) == (100, False, 1, 2)
+    req.event_cap, req.truncated = 0, True
+    assert (req.event_cap, req.truncated) == (0, True)
+    lane.append((EXIT, 7, 3, 99))
+    lane.record((7 << recording.KIND_BITS | ENTER, 4, 100))
+    assert lane.buffer == [7 << recording.KIND_BITS | EXIT, 3, 99, 7 << recording.KIND_BITS, 4, 100]
+    assert lane.events == [(EXIT, 7, 3, 99), (ENTER, 7, 4, 100)]
+    assert lane.drain() == [(EXIT, 7, 3, 99), (ENTER, 7, 4, 100)] and lane.events == []
+    child = req.spawn(lane, recording.LaneKind.TASK, "task", 3)
+    assert (child.id, child.parent, child.parent_call, child.request) == (1, lane, 3, req)
+    child.thread = 12345
+    assert child.thread == 12345 and req.lanes == [lane, child]
+    assert len({lane, child}) == 2  # hashable by identity (hooks._RUNNING's keys)
+
+
+def _allocated_after(repeat: Callable[[], Any], rounds: int) -> int:
+    """Bytes allocated by lines of this file (the instrumented samples, where the C hooks
+    run) still held after `rounds` more runs, once warmed up."""
+    repeat()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(rounds):
+            repeat()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    here = [tracemalloc.Filter(True, __file__)]
+    diff = after.filter_traces(here).compare_to(before.filter_traces(here), "lineno")
+    return sum(stat.size_diff for stat in diff)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
+@pytest.mark.parametrize("failing", [None, *KINDS])
+def test_c_hooks_do_not_leak(failing: str | None) -> None:
+    """Every hook, also on its error paths: what a run allocates is freed again."""
+    if failing is None:
+        req = recording.Request(request_id=9, route="/leak", method="GET", event_cap=1 << 29)
+        custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: req.main)
+    else:
+        # a class: a fresh exception each time (one instance raised again keeps its tracebacks)
+        custom, req = failing_hooks(KINDS[failing], ValueError, hooks.HOOKS)
+    fns = instrument(custom)
+
+    def repeat() -> None:
+        for _ in range(20):
+            scenario(fns)
+        for lane in req.lanes:
+            lane.drain()
+
+    assert _allocated_after(repeat, 30) < 1024  # a token a call would be ~500 kB
 
 
 # -- a big real code base --------------------------------------------------------------

@@ -8,6 +8,7 @@ its lane's stack) is one tight loop over the event columns; everything unusual g
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from itertools import repeat
@@ -78,6 +79,10 @@ class _Repairs:
         self.problems = problems
         self.lanes: dict[int, _Lane] = {}
         self.call_node: dict[int, int] = {}
+        # lanes (index in tree.lanes) to hang once every call is known: under the call their
+        # host named, or (none named) under the call open when they started
+        self.named_spawns: list[tuple[int, int]] = []
+        self.placed_by_time: list[int] = []
 
     def open_lane(self, lane_id: int, start: int, kind: LaneKind, name: str) -> _Lane:
         tree = self.tree
@@ -92,7 +97,9 @@ class _Repairs:
                 start = min(start, info.start_ns)
             parent_lane = info.parent_lane if info.parent_lane in self.lanes else MAIN_LANE
             if info.parent_call is not None:
-                parent_node = self.call_node.get(info.parent_call)
+                self.named_spawns.append((len(tree.lanes), info.parent_call))
+            else:
+                self.placed_by_time.append(len(tree.lanes))
         tree.call.append(0)
         tree.function.append(LANE_ROOT)
         tree.parent.append(-1)
@@ -183,6 +190,11 @@ class _Repairs:
                 self.close(stack.pop(), end, Outcome.TRUNCATED)
                 self.problems[P.MISSING_EXIT] += 1
             tree.end[lane.root] = end if lane_id == MAIN_LANE else lane.last
+        roots = {lane.lane_id: lane.root for lane in tree.lanes}
+        for spawned in reversed(tree.lanes):  # a lane lasts at least as long as its children
+            if spawned.parent_lane is not None:
+                parent_root = roots[spawned.parent_lane]
+                tree.end[parent_root] = max(tree.end[parent_root], tree.end[spawned.root])
         for node in tree.extras:
             if tree.end[node] < 0:  # still suspended
                 self.close(node, end, Outcome.TRUNCATED)
@@ -207,6 +219,35 @@ def _end_wait(extra: list[int], t: int) -> None:
     extra[READY_AT] = -1
 
 
+def _place_spawned_lanes(tree: CallTree, unplaced: list[LaneTree]) -> None:
+    """Lanes whose host did not name the spawning call hang under the deepest call of their
+    parent lane that was open when they started (a host knows its lane, not its call).
+
+    Calls of a lane nest and a node's children are in the order they started, so the walk
+    goes down from the parent lane's root, bisecting each level: no scan of every call."""
+    if not unplaced:
+        return
+    parent, start, end = tree.parent, tree.start, tree.end
+    children: dict[int, list[int]] = {}
+    for node, up in enumerate(parent):
+        if up >= 0:
+            children.setdefault(up, []).append(node)
+    starts: dict[int, list[int]] = {}
+    roots = {lane.lane_id: lane.root for lane in tree.lanes}
+    for lane in unplaced:
+        t = start[lane.root]
+        node, found = roots.get(lane.parent_lane), None
+        while node is not None and node in children:
+            kids = children[node]
+            if node not in starts:
+                starts[node] = [start[kid] for kid in kids]
+            i = bisect_right(starts[node], t) - 1
+            if i < 0 or end[kids[i]] < t:
+                break
+            node = found = kids[i]
+        lane.parent_node = found
+
+
 def assemble(
     session_id: str, pending: PendingRequest, problems: Counter, main_name: str = ""
 ) -> AssembledRequest:
@@ -227,6 +268,10 @@ def assemble(
     repairs = _Repairs(tree, pending.lanes, problems)
     missing_before = problems[P.MISSING_EXIT]
     lane = repairs.open_lane(MAIN_LANE, start, LaneKind.MAIN, main_name or "main")
+    for lane_id, info in sorted(pending.lanes.items()):
+        if info.start_ns is not None and start <= info.start_ns <= end:
+            # announced lanes start where they were handed over, events or not
+            repairs.open_lane(lane_id, info.start_ns, info.kind, info.name)
     call_node = repairs.call_node
     fn, par, st, en, sf = tree.function, tree.parent, tree.start, tree.end, tree.self_ns
     call_col, extras = tree.call, tree.extras
@@ -283,6 +328,9 @@ def assemble(
     if after_end:
         problems[P.EVENTS_AFTER_END] += after_end
     repairs.finish(end)
+    for index, call in repairs.named_spawns:
+        tree.lanes[index].parent_node = repairs.call_node.get(call)  # unknown: the root
+    _place_spawned_lanes(tree, [tree.lanes[i] for i in repairs.placed_by_time])
     truncated = truncated or problems[P.MISSING_EXIT] > missing_before
     return AssembledRequest(
         session_id=session_id,

@@ -28,9 +28,11 @@ _SORT_KEY_LIMIT = 2**62  # (request, depth, event) combined into one int64 while
 
 
 def _plain(pending: PendingRequest) -> bool:
-    """Worth trying here: start and end known, events, all on the main lane."""
+    """Worth trying here: start and end known, events, all on the main lane, no other lane
+    announced (a lane without events still shows, e.g. a task that only awaited a thread)."""
     return (
-        pending.start_ns is not None
+        not pending.lanes
+        and pending.start_ns is not None
         and pending.end_ns is not None
         and pending.events > 0
         and all(run.lane_id == MAIN_LANE for _, run in pending.runs)

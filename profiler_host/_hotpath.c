@@ -1,0 +1,943 @@
+/* The hooks' hot path in C: what `profiler_host.hooks` does in Python, event for event.
+ *
+ * `RequestCore` and `LaneCore` hold the state the hooks touch (call counter, event cap,
+ * truncated flag; event buffer, owning thread, request), so recording an event is a few
+ * C field reads and three list appends. `recording.Request`/`recording.Lane` subclass them.
+ *
+ * Events, tokens and failures are exactly those of the Python hooks (see hooks.py): a
+ * buffer is a flat list of ints, three per event (`fid << KIND_BITS | kind`, call id,
+ * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is the tuple
+ * `(lane.record, fid << KIND_BITS, call id, lane)`, a resumable call's the list
+ * `[lane, fid << KIND_BITS, call id, suspended]`. A hook never lets an `Exception` reach
+ * the caller: it is handed to `hooks._failed` (counted, logged once) and cleared. Any other
+ * `BaseException` (KeyboardInterrupt raised by a replaced `lane.record` or by a callback)
+ * propagates. Errors this file raises itself are all `Exception`s.
+ *
+ * Everything runs under the GIL. An event's three ints are appended with no Python code in
+ * between, so a drain on the transport thread never sees part of one.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <time.h>
+
+#define KIND_BITS 3
+/* profiler_core.model.EventKind (recording.py checks they agree before using this module) */
+enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4 };
+
+/* Set by configure(): hooks._own_lane, hooks._failed and hooks._RUNNING. */
+static PyObject *own_lane_cb = NULL;
+static PyObject *failed_cb = NULL;
+static PyObject *running = NULL; /* dict: lane -> list of resumable tokens, oldest first */
+
+/* ---- RequestCore ------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    long long calls;     /* the last call id handed out */
+    long long event_cap; /* calls past event_cap / 2 are not recorded */
+    char truncated;
+} RequestCore;
+
+static PyTypeObject RequestCoreType;
+static PyTypeObject CallsType;
+static int request_set_event_cap(RequestCore *self, PyObject *value, void *closure);
+
+static int
+request_init(RequestCore *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *cap;
+    static char *kwlist[] = {"event_cap", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:RequestCore", kwlist, &cap))
+        return -1;
+    self->calls = 0;
+    self->truncated = 0;
+    return request_set_event_cap(self, cap, NULL);
+}
+
+static PyObject *
+request_get_event_cap(RequestCore *self, void *closure)
+{
+    return PyLong_FromLongLong(self->event_cap);
+}
+
+static int
+request_set_event_cap(RequestCore *self, PyObject *value, void *closure)
+{
+    int overflow;
+    long long cap;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete event_cap");
+        return -1;
+    }
+    cap = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (cap == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) /* a cap beyond 2**63 is no cap: same outcome as Python's big ints */
+        cap = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    self->event_cap = cap;
+    return 0;
+}
+
+static PyObject *
+request_get_truncated(RequestCore *self, void *closure)
+{
+    return PyBool_FromLong(self->truncated);
+}
+
+static int
+request_set_truncated(RequestCore *self, PyObject *value, void *closure)
+{
+    int truth;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete truncated");
+        return -1;
+    }
+    truth = PyObject_IsTrue(value);
+    if (truth < 0)
+        return -1;
+    self->truncated = (char)truth;
+    return 0;
+}
+
+typedef struct {
+    PyObject_HEAD
+    RequestCore *request;
+} Calls;
+
+/* `request.calls`: an iterator over the request's call ids, like the itertools.count the
+ * Python implementation keeps there (`next(request.calls)`). */
+static PyObject *
+request_get_calls(RequestCore *self, void *closure)
+{
+    Calls *calls = PyObject_New(Calls, &CallsType);
+    if (calls == NULL)
+        return NULL;
+    Py_INCREF(self);
+    calls->request = self;
+    return (PyObject *)calls;
+}
+
+static PyGetSetDef request_getset[] = {
+    {"event_cap", (getter)request_get_event_cap, (setter)request_set_event_cap,
+     "events recorded before the request is marked truncated", NULL},
+    {"truncated", (getter)request_get_truncated, (setter)request_set_truncated,
+     "events were lost", NULL},
+    {"calls", (getter)request_get_calls, NULL, "iterator over new call ids", NULL},
+    {NULL},
+};
+
+static PyTypeObject RequestCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.RequestCore",
+    .tp_basicsize = sizeof(RequestCore),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The per-request state the hooks touch.",
+    .tp_getset = request_getset,
+    .tp_init = (initproc)request_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static void
+calls_dealloc(Calls *self)
+{
+    Py_DECREF(self->request);
+    PyObject_Free(self);
+}
+
+static PyObject *
+calls_next(Calls *self)
+{
+    return PyLong_FromLongLong(++self->request->calls);
+}
+
+static PyTypeObject CallsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.Calls",
+    .tp_basicsize = sizeof(Calls),
+    .tp_dealloc = (destructor)calls_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)calls_next,
+};
+
+/* ---- LaneCore ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buffer;      /* list of ints, three per event */
+    PyObject *record;      /* buffer.extend, unless replaced (tests, tools) */
+    RequestCore *request;  /* NULL until __init__ */
+    unsigned long thread;  /* the thread whose events this lane takes */
+    char direct;           /* record is still buffer.extend: append to buffer directly */
+} LaneCore;
+
+static PyTypeObject LaneCoreType;
+/* recording.Lane is a direct subclass: spare the MRO walk for it */
+#define LaneCore_Check(op)                                                               \
+    (Py_TYPE(op) == &LaneCoreType || Py_TYPE(op)->tp_base == &LaneCoreType ||             \
+     PyType_IsSubtype(Py_TYPE(op), &LaneCoreType))
+
+static PyObject *
+lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    LaneCore *self = (LaneCore *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->buffer = PyList_New(0);
+    if (self->buffer == NULL)
+        goto fail;
+    self->record = PyObject_GetAttrString(self->buffer, "extend");
+    if (self->record == NULL)
+        goto fail;
+    self->direct = 1;
+    self->thread = PyThread_get_thread_ident();
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+lane_init(LaneCore *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *request;
+    static char *kwlist[] = {"request", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:LaneCore", kwlist, &RequestCoreType,
+                                     &request))
+        return -1;
+    Py_INCREF(request);
+    Py_XSETREF(self->request, (RequestCore *)request);
+    self->thread = PyThread_get_thread_ident();
+    return 0;
+}
+
+static int
+lane_traverse(LaneCore *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->buffer);
+    Py_VISIT(self->record);
+    Py_VISIT(self->request);
+    return 0;
+}
+
+static int
+lane_clear(LaneCore *self)
+{
+    /* buffer stays: the hooks rely on it being a list (it holds only ints, no cycles) */
+    Py_CLEAR(self->record);
+    Py_CLEAR(self->request);
+    self->direct = 0;
+    return 0;
+}
+
+static void
+lane_dealloc(LaneCore *self)
+{
+    PyObject_GC_UnTrack(self);
+    lane_clear(self);
+    Py_CLEAR(self->buffer);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+lane_get_buffer(LaneCore *self, void *closure)
+{
+    return Py_NewRef(self->buffer);
+}
+
+static PyObject *
+lane_get_record(LaneCore *self, void *closure)
+{
+    if (self->record == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(self->record);
+}
+
+/* Whether `value` is this lane's buffer.extend (a fresh bound method each time it is read,
+ * so compare what it is bound to). */
+static int
+is_buffer_extend(LaneCore *self, PyObject *value)
+{
+    return PyCFunction_Check(value) && PyCFunction_GET_SELF(value) == self->buffer &&
+           strcmp(((PyCFunctionObject *)value)->m_ml->ml_name, "extend") == 0;
+}
+
+static int
+lane_set_record(LaneCore *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete record");
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->record, value);
+    self->direct = (char)is_buffer_extend(self, value);
+    return 0;
+}
+
+static PyObject *
+lane_get_request(LaneCore *self, void *closure)
+{
+    if (self->request == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(self->request);
+}
+
+static PyObject *
+lane_get_thread(LaneCore *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(self->thread);
+}
+
+static int
+lane_set_thread(LaneCore *self, PyObject *value, void *closure)
+{
+    unsigned long ident;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete thread");
+        return -1;
+    }
+    ident = PyLong_AsUnsignedLong(value);
+    if (ident == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    self->thread = ident;
+    return 0;
+}
+
+static PyGetSetDef lane_getset[] = {
+    {"buffer", (getter)lane_get_buffer, NULL, "events, three ints each", NULL},
+    {"record", (getter)lane_get_record, (setter)lane_set_record,
+     "record((function << KIND_BITS | kind, call, ns)); buffer.extend by default", NULL},
+    {"request", (getter)lane_get_request, NULL, "the request this lane belongs to", NULL},
+    {"thread", (getter)lane_get_thread, (setter)lane_set_thread,
+     "ident of the thread whose events this lane takes", NULL},
+    {NULL},
+};
+
+static PyTypeObject LaneCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.LaneCore",
+    .tp_basicsize = sizeof(LaneCore),
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The per-lane state the hooks touch.",
+    .tp_traverse = (traverseproc)lane_traverse,
+    .tp_clear = (inquiry)lane_clear,
+    .tp_getset = lane_getset,
+    .tp_init = (initproc)lane_init,
+    .tp_new = lane_new,
+};
+
+/* ---- recording --------------------------------------------------------------------- */
+
+static PyObject *
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* the clock of time.monotonic_ns() */
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+/* record((first, call, ns)) through `record`; straight into the buffer when `record` is
+ * the lane's own buffer.extend. Borrows all arguments. */
+static int
+record_via(LaneCore *lane, PyObject *record, PyObject *first, PyObject *call, PyObject *ns)
+{
+    PyObject *event, *result;
+    if (record == lane->record && lane->direct) {
+        PyObject *buffer = lane->buffer;
+        Py_ssize_t size = PyList_GET_SIZE(buffer);
+        if (PyList_Append(buffer, first) < 0 || PyList_Append(buffer, call) < 0 ||
+            PyList_Append(buffer, ns) < 0) {
+            /* out of memory: take back a partly appended event */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyList_SetSlice(buffer, size, PyList_GET_SIZE(buffer), NULL);
+            PyErr_Restore(type, value, tb);
+            return -1;
+        }
+        return 0;
+    }
+    if (record == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "lane has no record");
+        return -1;
+    }
+    event = PyTuple_Pack(3, first, call, ns);
+    if (event == NULL)
+        return -1;
+    result = PyObject_CallOneArg(record, event);
+    Py_DECREF(event);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* One event of `kind` for the call whose token holds `fk` (fid << KIND_BITS) and `call`. */
+static int
+record_kind(LaneCore *lane, PyObject *record, PyObject *fk, int kind, PyObject *call,
+            PyObject *ns)
+{
+    PyObject *first;
+    int rc;
+    long long packed = PyLong_AsLongLong(fk);
+    if (packed == -1 && PyErr_Occurred())
+        return -1;
+    first = PyLong_FromLongLong(packed | kind);
+    if (first == NULL)
+        return -1;
+    rc = record_via(lane, record, first, call, ns);
+    Py_DECREF(first);
+    return rc;
+}
+
+/* An error is set. An Exception goes to hooks._failed (counted, logged once) and is
+ * cleared: returns 0. Anything else (KeyboardInterrupt, SystemExit) stays set: -1. */
+static int
+swallow(void)
+{
+    PyObject *type, *value, *tb, *result;
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    if (failed_cb != NULL) {
+        result = PyObject_CallOneArg(failed_cb, value ? value : Py_None);
+        if (result != NULL)
+            Py_DECREF(result);
+        else if (PyErr_ExceptionMatches(PyExc_Exception))
+            PyErr_Clear(); /* the logging failed too: the count is what matters */
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* What a hook returns after a failure: `ok` (new reference) once an Exception is
+ * swallowed, NULL while a BaseException propagates. */
+static PyObject *
+failed(PyObject *ok)
+{
+    if (swallow() < 0)
+        return NULL;
+    return Py_NewRef(ok);
+}
+
+/* ---- the running calls per lane (hooks._RUNNING) ------------------------------------ */
+
+/* Index of `token` in `list` by identity, or -1. Identity is what `token in running`
+ * finds too: equal tokens have equal call ids, and call ids are unique. */
+static Py_ssize_t
+index_of(PyObject *list, PyObject *token)
+{
+    Py_ssize_t i;
+    for (i = PyList_GET_SIZE(list) - 1; i >= 0; i--) {
+        if (PyList_GET_ITEM(list, i) == token)
+            return i;
+    }
+    return -1;
+}
+
+static int
+running_push(PyObject *lane, PyObject *token)
+{
+    PyObject *list = PyDict_GetItemWithError(running, lane); /* borrowed */
+    if (list == NULL) {
+        int rc;
+        if (PyErr_Occurred())
+            return -1;
+        list = PyList_New(1);
+        if (list == NULL)
+            return -1;
+        PyList_SET_ITEM(list, 0, Py_NewRef(token));
+        rc = PyDict_SetItem(running, lane, list);
+        Py_DECREF(list);
+        return rc;
+    }
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "_RUNNING holds a non-list");
+        return -1;
+    }
+    if (index_of(list, token) >= 0)
+        return 0;
+    return PyList_Append(list, token);
+}
+
+/* Takes `token` off its lane's running calls; those above it gave control away without a
+ * hook and are recorded as suspended since `since` first (hooks._running_pop). */
+static int
+running_pop(LaneCore *lane, PyObject *token, PyObject *since)
+{
+    PyObject *list = PyDict_GetItemWithError(running, (PyObject *)lane);
+    int rc = 0;
+    if (list == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_Check(list) || index_of(list, token) < 0)
+        return 0;
+    Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
+    while (rc == 0) {
+        Py_ssize_t n = PyList_GET_SIZE(list);
+        PyObject *above;
+        if (n == 0)
+            break;
+        above = Py_NewRef(PyList_GET_ITEM(list, n - 1));
+        if (PyList_SetSlice(list, n - 1, n, NULL) < 0) {
+            Py_DECREF(above);
+            rc = -1;
+            break;
+        }
+        if (above == token) {
+            Py_DECREF(above);
+            break;
+        }
+        /* its own resume hook records only the RESUME */
+        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != 4) {
+            PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
+            rc = -1;
+        }
+        else if (PyList_SetItem(above, 3, Py_NewRef(Py_True)) < 0 ||
+                 record_kind(lane, lane->record, PyList_GET_ITEM(above, 1), SUSPEND,
+                             PyList_GET_ITEM(above, 2), since) < 0) {
+            rc = -1;
+        }
+        Py_DECREF(above);
+    }
+    if (rc == 0 && PyList_GET_SIZE(list) == 0) {
+        PyObject *current = PyDict_GetItemWithError(running, (PyObject *)lane);
+        if (current == list && PyDict_DelItem(running, (PyObject *)lane) < 0)
+            rc = -1;
+        else if (current == NULL && PyErr_Occurred())
+            rc = -1;
+    }
+    Py_DECREF(list);
+    return rc;
+}
+
+/* When a frame that gave control away without a hook stopped: at the lane's last event
+ * (a buffer ends with an event's ns), else now. New reference. */
+static PyObject *
+since_of(LaneCore *lane, PyObject *now)
+{
+    Py_ssize_t n = PyList_GET_SIZE(lane->buffer);
+    return Py_NewRef(n ? PyList_GET_ITEM(lane->buffer, n - 1) : now);
+}
+
+/* The lane of a resumable token, or NULL with TypeError set. Borrowed. */
+static LaneCore *
+resumable_lane(PyObject *token)
+{
+    PyObject *lane;
+    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != 4) {
+        PyErr_SetString(PyExc_TypeError, "not a resumable token");
+        return NULL;
+    }
+    lane = PyList_GET_ITEM(token, 0);
+    if (!LaneCore_Check(lane)) {
+        PyErr_SetString(PyExc_TypeError, "token without a lane");
+        return NULL;
+    }
+    return (LaneCore *)lane;
+}
+
+/* ---- the hooks --------------------------------------------------------------------- */
+
+/* Records the ENTER of a call of `fid` on `lane` (or this thread's own lane).
+ * 1: recorded, *lane_out, *fk_out and *call_out are new references; 0: not recorded
+ * (over the event cap, or a failure that was swallowed); -1: a BaseException propagates. */
+static int
+enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject **fk_out,
+           PyObject **call_out)
+{
+    PyObject *lane_obj = NULL, *fk = NULL, *first = NULL, *call = NULL, *ns = NULL;
+    LaneCore *lane;
+    RequestCore *request;
+    long long cid, fid;
+
+    if (!LaneCore_Check(lane_arg)) {
+        PyErr_SetString(PyExc_TypeError, "enter() needs a Lane");
+        goto fail;
+    }
+    lane = (LaneCore *)lane_arg;
+    if (lane->thread != PyThread_get_thread_ident()) {
+        /* a context copied into another thread: that thread gets its own lane */
+        if (own_lane_cb == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure() was not called");
+            goto fail;
+        }
+        lane_obj = PyObject_CallOneArg(own_lane_cb, lane_arg);
+        if (lane_obj == NULL)
+            goto fail;
+        if (!LaneCore_Check(lane_obj)) {
+            PyErr_SetString(PyExc_TypeError, "_own_lane() did not return a Lane");
+            goto fail;
+        }
+        lane = (LaneCore *)lane_obj;
+    }
+    else {
+        lane_obj = Py_NewRef(lane_arg);
+    }
+    request = lane->request;
+    if (request == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "lane without a request");
+        goto fail;
+    }
+    cid = ++request->calls;
+    if (cid > request->event_cap >> 1) {
+        request->truncated = 1;
+        Py_DECREF(lane_obj);
+        return 0;
+    }
+    fid = PyLong_AsLongLong(fid_arg);
+    if (fid == -1 && PyErr_Occurred())
+        goto fail;
+    fk = PyLong_FromLongLong(fid << KIND_BITS);
+    /* ENTER is 0, so fk | ENTER is fk: the token and the event share one int */
+    first = ENTER == 0 ? Py_XNewRef(fk) : PyLong_FromLongLong((fid << KIND_BITS) | ENTER);
+    call = PyLong_FromLongLong(cid);
+    ns = now_ns();
+    if (fk == NULL || first == NULL || call == NULL || ns == NULL)
+        goto fail;
+    if (record_via(lane, lane->record, first, call, ns) < 0)
+        goto fail;
+    Py_DECREF(first);
+    Py_DECREF(ns);
+    *lane_out = lane_obj;
+    *fk_out = fk;
+    *call_out = call;
+    return 1;
+fail:
+    Py_XDECREF(lane_obj);
+    Py_XDECREF(fk);
+    Py_XDECREF(first);
+    Py_XDECREF(call);
+    Py_XDECREF(ns);
+    return swallow();
+}
+
+static int
+check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs == expected)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, nargs);
+    return -1;
+}
+
+/* enter(lane, fid) -> (lane.record, fid << KIND_BITS, call id, lane) or None */
+static PyObject *
+hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *lane, *fk, *call, *token;
+    int rc;
+    if (check_nargs("enter", nargs, 2) < 0)
+        return NULL;
+    rc = enter_core(args[0], args[1], &lane, &fk, &call);
+    if (rc <= 0)
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    token = PyTuple_New(4);
+    if (token == NULL) {
+        Py_DECREF(lane);
+        Py_DECREF(fk);
+        Py_DECREF(call);
+        return failed(Py_None);
+    }
+    PyTuple_SET_ITEM(token, 0, Py_NewRef(((LaneCore *)lane)->record));
+    PyTuple_SET_ITEM(token, 1, fk);
+    PyTuple_SET_ITEM(token, 2, call);
+    PyTuple_SET_ITEM(token, 3, lane);
+    return token;
+}
+
+/* enter_resumable(lane, fid) -> [lane, fid << KIND_BITS, call id, False] or None */
+static PyObject *
+hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *lane, *fk, *call, *token;
+    int rc;
+    if (check_nargs("enter_resumable", nargs, 2) < 0)
+        return NULL;
+    rc = enter_core(args[0], args[1], &lane, &fk, &call);
+    if (rc <= 0)
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    token = PyList_New(4);
+    if (token == NULL) {
+        Py_DECREF(lane);
+        Py_DECREF(fk);
+        Py_DECREF(call);
+        return failed(Py_None);
+    }
+    PyList_SET_ITEM(token, 0, lane);
+    PyList_SET_ITEM(token, 1, fk);
+    PyList_SET_ITEM(token, 2, call);
+    PyList_SET_ITEM(token, 3, Py_NewRef(Py_False));
+    if (running_push(lane, token) < 0 && swallow() < 0) {
+        Py_DECREF(token);
+        return NULL;
+    }
+    return token;
+}
+
+/* A plain call's exit: token[0]((token[1] | kind, token[2], now)) */
+static PyObject *
+exit_plain(PyObject *token, int kind)
+{
+    PyObject *ns;
+    int rc;
+    if (!PyTuple_CheckExact(token) || PyTuple_GET_SIZE(token) != 4 ||
+        !LaneCore_Check(PyTuple_GET_ITEM(token, 3))) {
+        PyErr_SetString(PyExc_TypeError, "not a call token");
+        return failed(Py_None);
+    }
+    ns = now_ns();
+    if (ns == NULL)
+        return failed(Py_None);
+    rc = record_kind((LaneCore *)PyTuple_GET_ITEM(token, 3), PyTuple_GET_ITEM(token, 0),
+                     PyTuple_GET_ITEM(token, 1), kind, PyTuple_GET_ITEM(token, 2), ns);
+    Py_DECREF(ns);
+    if (rc < 0)
+        return failed(Py_None);
+    Py_RETURN_NONE;
+}
+
+static PyObject *exit_resumable(PyObject *token, int kind);
+
+static PyObject *
+hp_exit(PyObject *module, PyObject *token)
+{
+    return exit_plain(token, EXIT);
+}
+
+static PyObject *
+hp_exit_resumable(PyObject *module, PyObject *token)
+{
+    return exit_resumable(token, EXIT);
+}
+
+/* exit_exception(token, exc): either kind of token */
+static PyObject *
+hp_exit_exception(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("exit_exception", nargs, 2) < 0)
+        return NULL;
+    if (PyList_CheckExact(args[0]))
+        return exit_resumable(args[0], EXIT_EXCEPTION);
+    return exit_plain(args[0], EXIT_EXCEPTION);
+}
+
+/* The shared start of suspend/resume/resume_delegated: the token's lane and fields
+ * (borrowed, the token is held by the caller's frame), its suspended flag and now. */
+typedef struct {
+    LaneCore *lane;
+    PyObject *fk, *call, *ns;
+    int suspended;
+} Resumable;
+
+static int
+unpack(PyObject *token, Resumable *r)
+{
+    r->lane = resumable_lane(token);
+    if (r->lane == NULL)
+        return -1;
+    r->fk = PyList_GET_ITEM(token, 1);
+    r->call = PyList_GET_ITEM(token, 2);
+    r->suspended = PyObject_IsTrue(PyList_GET_ITEM(token, 3));
+    if (r->suspended < 0)
+        return -1;
+    r->ns = now_ns();
+    return r->ns == NULL ? -1 : 0;
+}
+
+/* Holds the token's parts while a replaced record (Python code) may run; releases them
+ * and `ns` (owned since unpack) after. */
+static void
+hold(Resumable *r, int take)
+{
+    if (take) {
+        Py_INCREF(r->lane);
+        Py_INCREF(r->fk);
+        Py_INCREF(r->call);
+    }
+    else {
+        Py_DECREF(r->lane);
+        Py_DECREF(r->fk);
+        Py_DECREF(r->call);
+        Py_DECREF(r->ns);
+    }
+}
+
+static int
+set_suspended(PyObject *token, PyObject *flag)
+{
+    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != 4) {
+        PyErr_SetString(PyExc_TypeError, "not a resumable token");
+        return -1;
+    }
+    return PyList_SetItem(token, 3, Py_NewRef(flag));
+}
+
+/* A resumable call's exit: the calls above it on the lane are suspended first. */
+static PyObject *
+exit_resumable(PyObject *token, int kind)
+{
+    Resumable r;
+    PyObject *since;
+    int rc;
+    if (unpack(token, &r) < 0)
+        return failed(Py_None);
+    hold(&r, 1);
+    since = since_of(r.lane, r.ns);
+    rc = running_pop(r.lane, token, since);
+    Py_DECREF(since);
+    if (rc == 0)
+        rc = record_kind(r.lane, r.lane->record, r.fk, kind, r.call, r.ns);
+    hold(&r, 0);
+    if (rc < 0)
+        return failed(Py_None);
+    Py_RETURN_NONE;
+}
+
+/* suspend(token): before a plain yield */
+static PyObject *
+hp_suspend(PyObject *module, PyObject *token)
+{
+    Resumable r;
+    int rc;
+    if (unpack(token, &r) < 0)
+        return failed(Py_None);
+    hold(&r, 1);
+    if (r.suspended) { /* a throw() caught inside the generator resumed it without a hook */
+        rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
+    }
+    else {
+        PyObject *since = since_of(r.lane, r.ns);
+        rc = running_pop(r.lane, token, since);
+        Py_DECREF(since);
+    }
+    if (rc == 0)
+        rc = record_kind(r.lane, r.lane->record, r.fk, SUSPEND, r.call, r.ns);
+    if (rc == 0)
+        rc = set_suspended(token, Py_True);
+    hold(&r, 0);
+    if (rc < 0)
+        return failed(Py_None);
+    Py_RETURN_NONE;
+}
+
+/* resume(token): after a plain yield */
+static PyObject *
+hp_resume(PyObject *module, PyObject *token)
+{
+    Resumable r;
+    int rc;
+    if (unpack(token, &r) < 0)
+        return failed(Py_None);
+    hold(&r, 1);
+    rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
+    if (rc == 0)
+        rc = set_suspended(token, Py_False);
+    if (rc == 0)
+        rc = running_push((PyObject *)r.lane, token);
+    hold(&r, 0);
+    if (rc < 0)
+        return failed(Py_None);
+    Py_RETURN_NONE;
+}
+
+/* resume_delegated(token): after yield from / await gave control away; suspended since the
+ * lane's last event unless its SUSPEND is recorded already (see hooks.resume_delegated) */
+static PyObject *
+hp_resume_delegated(PyObject *module, PyObject *token)
+{
+    Resumable r;
+    int rc = 0;
+    if (unpack(token, &r) < 0)
+        return failed(Py_None);
+    hold(&r, 1);
+    if (!r.suspended) {
+        PyObject *since = since_of(r.lane, r.ns);
+        rc = running_pop(r.lane, token, since);
+        if (rc == 0)
+            rc = record_kind(r.lane, r.lane->record, r.fk, SUSPEND, r.call, since);
+        Py_DECREF(since);
+    }
+    if (rc == 0)
+        rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
+    if (rc == 0)
+        rc = set_suspended(token, Py_False);
+    if (rc == 0)
+        rc = running_push((PyObject *)r.lane, token);
+    hold(&r, 0);
+    if (rc < 0)
+        return failed(Py_None);
+    Py_RETURN_NONE;
+}
+
+/* configure(own_lane, failed, running): the Python parts the hooks call back into */
+static PyObject *
+hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("configure", nargs, 3) < 0)
+        return NULL;
+    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "configure(own_lane, failed, running: dict)");
+        return NULL;
+    }
+    Py_XSETREF(own_lane_cb, Py_NewRef(args[0]));
+    Py_XSETREF(failed_cb, Py_NewRef(args[1]));
+    Py_XSETREF(running, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"enter", (PyCFunction)(void (*)(void))hp_enter, METH_FASTCALL,
+     "enter(lane, fid) -> token or None"},
+    {"enter_resumable", (PyCFunction)(void (*)(void))hp_enter_resumable, METH_FASTCALL,
+     "enter_resumable(lane, fid) -> token or None"},
+    {"exit", hp_exit, METH_O, "exit(token)"},
+    {"exit_resumable", hp_exit_resumable, METH_O, "exit_resumable(token)"},
+    {"exit_exception", (PyCFunction)(void (*)(void))hp_exit_exception, METH_FASTCALL,
+     "exit_exception(token, exc)"},
+    {"suspend", hp_suspend, METH_O, "suspend(token): before a plain yield"},
+    {"resume", hp_resume, METH_O, "resume(token): after a plain yield"},
+    {"resume_delegated", hp_resume_delegated, METH_O,
+     "resume_delegated(token): after yield from / await"},
+    {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
+     "configure(own_lane, failed, running)"},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "profiler_host._hotpath",
+    .m_doc = "The hooks' hot path in C (see profiler_host.hooks).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    PyObject *module;
+    if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
+        PyType_Ready(&LaneCoreType) < 0)
+        return NULL;
+    module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "RequestCore", (PyObject *)&RequestCoreType) < 0 ||
+        PyModule_AddObjectRef(module, "LaneCore", (PyObject *)&LaneCoreType) < 0 ||
+        PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0 ||
+        PyModule_AddIntConstant(module, "ENTER", ENTER) < 0 ||
+        PyModule_AddIntConstant(module, "EXIT", EXIT) < 0 ||
+        PyModule_AddIntConstant(module, "EXIT_EXCEPTION", EXIT_EXCEPTION) < 0 ||
+        PyModule_AddIntConstant(module, "SUSPEND", SUSPEND) < 0 ||
+        PyModule_AddIntConstant(module, "RESUME", RESUME) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,146 @@
+"""Carries a sampled request into the tasks and threads it starts, each as a lane of its own,
+and marks when a task waiting in a sampled request becomes runnable.
+
+A context is captured where work is handed over (task creation, `Thread.start`, an
+executor's `submit`) and the work runs inside it with a new lane set: .NET's
+ExecutionContext Capture/Run. The lane starts at the hand-over, so time spent queued in a
+pool shows before the lane's first call. Outside sampled requests every patch costs one
+ContextVar read. `install()`/`uninstall()` are symmetric and idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from profiler_core.model import LaneKind
+from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
+from profiler_host.recording import CURRENT, Lane
+
+_originals: dict[tuple[type, str], Callable] = {}
+
+
+def _child_context(kind: LaneKind, name: str) -> contextvars.Context | None:
+    """A copy of the current context whose lane is a new child lane (None: not sampled)."""
+    parent = CURRENT.get()
+    if parent is None:
+        return None
+    child = parent.request.spawn(parent, kind, name)
+    if kind != LaneKind.TASK:
+        child.thread = UNCLAIMED  # the thread that runs the work claims it
+    context = contextvars.copy_context()
+    context.run(CURRENT.set, child)
+    return context
+
+
+def _own_context(func: Callable) -> contextvars.Context | None:
+    """The context `func` runs itself in: asyncio.to_thread hands over
+    `partial(context.run, work, ...)`."""
+    if isinstance(func, functools.partial):
+        owner = getattr(func.func, "__self__", None)
+        if isinstance(owner, contextvars.Context):
+            return owner
+    return None
+
+
+def _in_lane(context: contextvars.Context, func: Callable) -> Callable:
+    """`func` run inside `context`, or with the lane set in the context it brings."""
+    own = _own_context(func)
+    if own is not None:
+        lane: Lane | None = context.get(CURRENT)
+        own.run(CURRENT.set, lane)
+        return func
+    return functools.partial(context.run, func)
+
+
+def _name_of(func: Callable) -> str:
+    """The work's own name, also through partials."""
+    while isinstance(func, functools.partial):
+        func = func.args[0] if _own_context(func) is not None and func.args else func.func
+    return getattr(func, "__qualname__", None) or type(func).__name__
+
+
+def _create_task(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def create_task(
+        self: asyncio.AbstractEventLoop,
+        coro: Any,
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task:
+        if context is None:
+            label = name or getattr(coro, "__qualname__", None) or "task"
+            context = _child_context(LaneKind.TASK, label)
+        return original(self, coro, name=name, context=context)
+
+    return create_task
+
+
+def _thread_start(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def start(self: threading.Thread) -> None:
+        context = _child_context(LaneKind.THREAD, self.name)
+        if context is not None:
+            self.run = _in_lane(context, self.run)
+        original(self)
+
+    return start
+
+
+def _submit(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def submit(self: ThreadPoolExecutor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+        context = _child_context(LaneKind.EXECUTOR, _name_of(fn))
+        if context is not None:
+            fn = _in_lane(context, fn)
+        return original(self, fn, *args, **kwargs)
+
+    return submit
+
+
+def _call_soon(original: Callable) -> Callable:
+    """A task's step scheduled (the future it awaited is done): its coroutines are ready
+    from now on, though the loop may run other callbacks first (the ready wait)."""
+
+    @functools.wraps(original)
+    def call_soon(
+        self: asyncio.AbstractEventLoop,
+        callback: Callable,
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        if ACTIVE and context is not None:
+            lane = context.get(CURRENT)
+            if lane is not None and isinstance(getattr(callback, "__self__", None), asyncio.Task):
+                ready(lane)
+        return original(self, callback, *args, context=context)
+
+    return call_soon
+
+
+_PATCHES: list[tuple[type, str, Callable[[Callable], Callable]]] = [
+    (asyncio.BaseEventLoop, "create_task", _create_task),
+    (asyncio.BaseEventLoop, "call_soon", _call_soon),
+    (threading.Thread, "start", _thread_start),
+    (ThreadPoolExecutor, "submit", _submit),
+]
+
+
+def install() -> None:
+    for owner, name, wrap in _PATCHES:
+        if (owner, name) not in _originals:
+            original = getattr(owner, name)
+            _originals[(owner, name)] = original
+            setattr(owner, name, wrap(original))
+
+
+def uninstall() -> None:
+    for (owner, name), original in list(_originals.items()):
+        setattr(owner, name, original)
+        del _originals[(owner, name)]
