@@ -80,7 +80,7 @@ class Request(RequestCore):
 
     From the core: `calls` (iterator of call ids), `event_cap`, `truncated`."""
 
-    __slots__ = ("end_ns", "id", "lanes", "method", "route", "start_ns", "status")
+    __slots__ = ("_lane_ids", "end_ns", "id", "lanes", "method", "route", "start_ns", "status")
 
     def __init__(self, request_id: int, route: str, method: str, event_cap: int) -> None:
         super().__init__(event_cap)
@@ -91,6 +91,7 @@ class Request(RequestCore):
         self.end_ns: int | None = None
         self.status = 0
         self.lanes: list[Lane] = []
+        self._lane_ids = itertools.count(1)  # next() is atomic: threads may spawn at once
         self._add_lane(MAIN_LANE, LaneKind.MAIN, "main", None, 0)
 
     @property
@@ -106,7 +107,7 @@ class Request(RequestCore):
 
     def spawn(self, parent: Lane, kind: LaneKind, name: str, parent_call: int = 0) -> Lane:
         """A new lane (thread or task) hung under `parent`'s call `parent_call`."""
-        return self._add_lane(len(self.lanes), kind, name, parent, parent_call)
+        return self._add_lane(next(self._lane_ids), kind, name, parent, parent_call)
 
     def finish(self, status: int = 0) -> None:
         self.status = status

@@ -3,10 +3,11 @@ whole requests dropped and counted, everything else stored once it comes back.""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
-from profiler_core.model import EventKind
+from profiler_core.model import EventKind, LaneKind
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
 from profiler_host.transport import Transport, TransportSettings
@@ -70,3 +71,21 @@ def test_dead_server_buffer_is_bounded_and_drops_reach_the_server(tmp_path: Path
     finally:
         transport.stop(timeout=1)
         server.stop(grace=10)
+
+
+def test_lanes_spawned_from_many_threads_at_once_get_distinct_ids():
+    request = Request(1, "/r", "GET", event_cap=10_000)
+    barrier = threading.Barrier(8)
+
+    def spawn_many() -> None:
+        barrier.wait()
+        for _ in range(200):
+            request.spawn(request.main, LaneKind.THREAD, "worker")
+
+    threads = [threading.Thread(target=spawn_many) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [lane.id for lane in request.lanes]
+    assert len(ids) == len(set(ids)) == 1 + 8 * 200
