@@ -8,7 +8,7 @@
  * buffer is a flat list of ints, three per event (`fid << KIND_BITS | kind`, call id,
  * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is the tuple
  * `(lane.record, fid << KIND_BITS, call id, lane)`, a resumable call's the list
- * `[lane, fid << KIND_BITS, call id, suspended]`. A hook never lets an `Exception` reach
+ * `[lane, fid << KIND_BITS, call id, suspended, stamp]`. A hook never lets an `Exception` reach
  * the caller: it is handed to `hooks._failed` (counted, logged once) and cleared. Any other
  * `BaseException` (KeyboardInterrupt raised by a replaced `lane.record` or by a callback)
  * propagates. Errors this file raises itself are all `Exception`s.
@@ -24,6 +24,8 @@
 #define KIND_BITS 3
 /* profiler_core.model.EventKind (recording.py checks they agree before using this module) */
 enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4 };
+/* a resumable token: [lane, fk, call, suspended, stamp] */
+enum { TOKEN_LANE, TOKEN_FK, TOKEN_CALL, TOKEN_SUSPENDED, TOKEN_STAMP, TOKEN_SIZE };
 
 /* Set by configure(): hooks._own_lane, hooks._failed and hooks._RUNNING. */
 static PyObject *own_lane_cb = NULL;
@@ -495,13 +497,13 @@ running_pop(LaneCore *lane, PyObject *token, PyObject *since)
             break;
         }
         /* its own resume hook records only the RESUME */
-        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != 4) {
+        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != TOKEN_SIZE) {
             PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
             rc = -1;
         }
-        else if (PyList_SetItem(above, 3, Py_NewRef(Py_True)) < 0 ||
-                 record_kind(lane, lane->record, PyList_GET_ITEM(above, 1), SUSPEND,
-                             PyList_GET_ITEM(above, 2), since) < 0) {
+        else if (PyList_SetItem(above, TOKEN_SUSPENDED, Py_NewRef(Py_True)) < 0 ||
+                 record_kind(lane, lane->record, PyList_GET_ITEM(above, TOKEN_FK), SUSPEND,
+                             PyList_GET_ITEM(above, TOKEN_CALL), since) < 0) {
             rc = -1;
         }
         Py_DECREF(above);
@@ -531,11 +533,11 @@ static LaneCore *
 resumable_lane(PyObject *token)
 {
     PyObject *lane;
-    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != 4) {
+    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != TOKEN_SIZE) {
         PyErr_SetString(PyExc_TypeError, "not a resumable token");
         return NULL;
     }
-    lane = PyList_GET_ITEM(token, 0);
+    lane = PyList_GET_ITEM(token, TOKEN_LANE);
     if (!LaneCore_Check(lane)) {
         PyErr_SetString(PyExc_TypeError, "token without a lane");
         return NULL;
@@ -652,7 +654,7 @@ hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return token;
 }
 
-/* enter_resumable(lane, fid) -> [lane, fid << KIND_BITS, call id, False] or None */
+/* enter_resumable(lane, fid) -> [lane, fid << KIND_BITS, call id, False, call id] or None */
 static PyObject *
 hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -663,7 +665,7 @@ hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     rc = enter_core(args[0], args[1], &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyList_New(4);
+    token = PyList_New(TOKEN_SIZE);
     if (token == NULL) {
         Py_DECREF(lane);
         Py_DECREF(fk);
@@ -674,6 +676,7 @@ hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyList_SET_ITEM(token, 1, fk);
     PyList_SET_ITEM(token, 2, call);
     PyList_SET_ITEM(token, 3, Py_NewRef(Py_False));
+    PyList_SET_ITEM(token, TOKEN_STAMP, Py_NewRef(call));
     if (running_push(lane, token) < 0 && swallow() < 0) {
         Py_DECREF(token);
         return NULL;
@@ -681,11 +684,74 @@ hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return token;
 }
 
+/* A plain call `call` exits: the resumable calls its frame let run (stamped after it) that
+ * are still listed gave control away without a hook, so they are suspended, innermost
+ * first (hooks._suspend_let_run). */
+static int
+suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
+{
+    PyObject *list, *since;
+    long long cid;
+    int rc = 0;
+    if (PyDict_GET_SIZE(running) == 0)
+        return 0;
+    list = PyDict_GetItemWithError(running, (PyObject *)lane);
+    if (list == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "_RUNNING holds a non-list");
+        return -1;
+    }
+    cid = PyLong_AsLongLong(call);
+    if (cid == -1 && PyErr_Occurred())
+        return -1;
+    Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
+    since = since_of(lane, now);
+    while (rc == 0 && PyList_GET_SIZE(list) > 0) {
+        Py_ssize_t n = PyList_GET_SIZE(list);
+        PyObject *above = PyList_GET_ITEM(list, n - 1);
+        long long stamp;
+        int suspended;
+        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != TOKEN_SIZE) {
+            PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
+            rc = -1;
+            break;
+        }
+        stamp = PyLong_AsLongLong(PyList_GET_ITEM(above, TOKEN_STAMP));
+        if (stamp == -1 && PyErr_Occurred()) {
+            rc = -1;
+            break;
+        }
+        if (stamp <= cid)
+            break;
+        Py_INCREF(above);
+        suspended = PyObject_IsTrue(PyList_GET_ITEM(above, TOKEN_SUSPENDED));
+        if (suspended < 0 || PyList_SetSlice(list, n - 1, n, NULL) < 0)
+            rc = -1;
+        else if (!suspended &&
+                 (PyList_SetItem(above, TOKEN_SUSPENDED, Py_NewRef(Py_True)) < 0 ||
+                  record_kind(lane, lane->record, PyList_GET_ITEM(above, TOKEN_FK), SUSPEND,
+                              PyList_GET_ITEM(above, TOKEN_CALL), since) < 0))
+            rc = -1;
+        Py_DECREF(above);
+    }
+    if (rc == 0 && PyList_GET_SIZE(list) == 0 &&
+        PyDict_GetItemWithError(running, (PyObject *)lane) == list &&
+        PyDict_DelItem(running, (PyObject *)lane) < 0)
+        rc = -1;
+    if (rc == 0 && PyErr_Occurred())
+        rc = -1;
+    Py_DECREF(since);
+    Py_DECREF(list);
+    return rc;
+}
+
 /* A plain call's exit: token[0]((token[1] | kind, token[2], now)) */
 static PyObject *
 exit_plain(PyObject *token, int kind)
 {
     PyObject *ns;
+    LaneCore *lane;
     int rc;
     if (!PyTuple_CheckExact(token) || PyTuple_GET_SIZE(token) != 4 ||
         !LaneCore_Check(PyTuple_GET_ITEM(token, 3))) {
@@ -695,8 +761,11 @@ exit_plain(PyObject *token, int kind)
     ns = now_ns();
     if (ns == NULL)
         return failed(Py_None);
-    rc = record_kind((LaneCore *)PyTuple_GET_ITEM(token, 3), PyTuple_GET_ITEM(token, 0),
-                     PyTuple_GET_ITEM(token, 1), kind, PyTuple_GET_ITEM(token, 2), ns);
+    lane = (LaneCore *)PyTuple_GET_ITEM(token, 3);
+    rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, 2), ns);
+    if (rc == 0)
+        rc = record_kind(lane, PyTuple_GET_ITEM(token, 0), PyTuple_GET_ITEM(token, 1), kind,
+                         PyTuple_GET_ITEM(token, 2), ns);
     Py_DECREF(ns);
     if (rc < 0)
         return failed(Py_None);
@@ -742,9 +811,9 @@ unpack(PyObject *token, Resumable *r)
     r->lane = resumable_lane(token);
     if (r->lane == NULL)
         return -1;
-    r->fk = PyList_GET_ITEM(token, 1);
-    r->call = PyList_GET_ITEM(token, 2);
-    r->suspended = PyObject_IsTrue(PyList_GET_ITEM(token, 3));
+    r->fk = PyList_GET_ITEM(token, TOKEN_FK);
+    r->call = PyList_GET_ITEM(token, TOKEN_CALL);
+    r->suspended = PyObject_IsTrue(PyList_GET_ITEM(token, TOKEN_SUSPENDED));
     if (r->suspended < 0)
         return -1;
     r->ns = now_ns();
@@ -772,11 +841,25 @@ hold(Resumable *r, int take)
 static int
 set_suspended(PyObject *token, PyObject *flag)
 {
-    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != 4) {
+    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != TOKEN_SIZE) {
         PyErr_SetString(PyExc_TypeError, "not a resumable token");
         return -1;
     }
-    return PyList_SetItem(token, 3, Py_NewRef(flag));
+    return PyList_SetItem(token, TOKEN_SUSPENDED, Py_NewRef(flag));
+}
+
+/* The token runs from now on: not suspended, stamped with a fresh call id (ids need only
+ * be unique and increasing; see hooks._stamp), and listed as running on its lane. */
+static int
+set_running(PyObject *token, LaneCore *lane)
+{
+    PyObject *stamp;
+    if (set_suspended(token, Py_False) < 0)
+        return -1;
+    stamp = PyLong_FromLongLong(++lane->request->calls);
+    if (stamp == NULL || PyList_SetItem(token, TOKEN_STAMP, stamp) < 0)
+        return -1;
+    return running_push((PyObject *)lane, token);
 }
 
 /* A resumable call's exit: the calls above it on the lane are suspended first. */
@@ -838,9 +921,7 @@ hp_resume(PyObject *module, PyObject *token)
     hold(&r, 1);
     rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
     if (rc == 0)
-        rc = set_suspended(token, Py_False);
-    if (rc == 0)
-        rc = running_push((PyObject *)r.lane, token);
+        rc = set_running(token, r.lane);
     hold(&r, 0);
     if (rc < 0)
         return failed(Py_None);
@@ -867,9 +948,7 @@ hp_resume_delegated(PyObject *module, PyObject *token)
     if (rc == 0)
         rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
     if (rc == 0)
-        rc = set_suspended(token, Py_False);
-    if (rc == 0)
-        rc = running_push((PyObject *)r.lane, token);
+        rc = set_running(token, r.lane);
     hold(&r, 0);
     if (rc < 0)
         return failed(Py_None);

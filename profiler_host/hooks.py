@@ -3,15 +3,17 @@
 Each hook swallows `Exception` (counted, logged once) so user code never sees one;
 `BaseException` (KeyboardInterrupt from a signal handler) passes through unchanged.
 A token is `(lane.record, function << KIND_BITS, call id, lane)` for plain calls and
-`[lane, function << KIND_BITS, call id, suspended]` for generators and coroutines (events
-are recorded as `recording` describes).
+`[lane, function << KIND_BITS, call id, suspended, stamp]` for generators and coroutines
+(events are recorded as `recording` describes).
 
 A frame that gives control away through `await`/`yield from` runs no hook then (nothing
 may stand between SEND and YIELD_VALUE), so its suspension is recorded when it resumes,
 and the outermost frame of an await chain resumes first. To keep each lane's events
 nested, `_RUNNING` lists per lane the resumable calls its events show running; when a hook
 runs for one of them, the calls above it there are in fact suspended and get their SUSPEND
-first.
+first. A token's stamp is a call id taken when it last started running: the calls a plain
+call's frame let run are the ones stamped after its own call id, and
+when it exits, those still listed gave control away without a hook, so they are suspended.
 
 The functions below are the reference implementation. When `profiler_host._hotpath` is
 built (and `PROFILER_PURE_PYTHON` is not set), `HOOKS` holds its C twins instead: the same
@@ -104,7 +106,7 @@ def enter_resumable(lane: recording.Lane, fid: int) -> list | None:
     token = enter(lane, fid)
     if token is None:
         return None
-    resumable = [token[3], token[1], token[2], False]
+    resumable = [token[3], token[1], token[2], False, token[2]]
     try:
         _running_push(resumable)
     except Exception:
@@ -142,9 +144,32 @@ def _since(lane: recording.Lane, now: int) -> int:
     return buffer[-1] if buffer else now  # an event ends with its ns
 
 
+def _suspend_let_run(lane: recording.Lane, cid: int, now: int) -> None:
+    """A plain call `cid` exits: the resumable calls it let run and that gave control away
+    without a hook (`yield from` into a generator it called `next()` on) are suspended."""
+    running = _RUNNING.get(lane)
+    if not running or running[-1][4] <= cid:
+        return
+    since = _since(lane, now)
+    while running and running[-1][4] > cid:
+        above = running.pop()
+        if not above[3]:
+            above[3] = True
+            lane.record((above[1] | SUSPEND, above[2], since))
+    if not running:
+        _RUNNING.pop(lane, None)
+
+
+def _exit_plain(token: tuple, kind: int) -> None:
+    now = monotonic_ns()
+    if _RUNNING:
+        _suspend_let_run(token[3], token[2], now)
+    token[0]((token[1] | kind, token[2], now))
+
+
 def exit(token: tuple) -> None:
     try:
-        token[0]((token[1] | EXIT, token[2], monotonic_ns()))
+        _exit_plain(token, EXIT)
     except Exception:
         _failed()
 
@@ -168,14 +193,14 @@ def exit_exception(token: tuple | list, exc: BaseException) -> None:
         if token.__class__ is list:
             _exit_resumable(token, EXIT_EXCEPTION)
         else:
-            token[0]((token[1] | EXIT_EXCEPTION, token[2], monotonic_ns()))
+            _exit_plain(token, EXIT_EXCEPTION)
     except Exception:
         _failed()
 
 
 def suspend(token: list) -> None:
     try:
-        lane, fk, cid, suspended = token
+        lane, fk, cid, suspended, _ = token
         now = monotonic_ns()
         if suspended:  # a throw() caught inside the generator resumed it without a hook
             lane.record((fk | RESUME, cid, now))
@@ -187,10 +212,17 @@ def suspend(token: list) -> None:
         _failed()
 
 
+def _stamp(token: list) -> None:
+    """Marks `token` as running from now with a fresh call id (see the module's docstring;
+    ids need only be unique and increasing)."""
+    token[4] = next(token[0].request.calls)
+
+
 def resume(token: list) -> None:
     try:
         token[0].record((token[1] | RESUME, token[2], monotonic_ns()))
         token[3] = False
+        _stamp(token)
         _running_push(token)
     except Exception:
         _failed()
@@ -203,7 +235,7 @@ def resume_delegated(token: list) -> None:
     (aclose(), athrow()) and awaited while handling that, or it is the inner part of an
     await chain whose outer frame resumed first (see `_RUNNING`)."""
     try:
-        lane, fk, cid, suspended = token
+        lane, fk, cid, suspended, _ = token
         now = monotonic_ns()
         if not suspended:
             since = _since(lane, now)
@@ -211,6 +243,7 @@ def resume_delegated(token: list) -> None:
             lane.record((fk | SUSPEND, cid, since))
         lane.record((fk | RESUME, cid, now))
         token[3] = False
+        _stamp(token)
         _running_push(token)
     except Exception:
         _failed()

@@ -322,12 +322,6 @@ list(gen)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a frame that gives control away through `yield from` runs no hook; when a plain "
-    "function resumed it, that function's exit finds it still open and closes it truncated "
-    "(seen in more-itertools' suite)",
-)
 def test_yield_from_resumed_by_a_plain_function_keeps_its_tree(
     server: ServerProcess, tmp_path: Path
 ):
@@ -341,3 +335,10 @@ def test_yield_from_resumed_by_a_plain_function_keeps_its_tree(
     assert done.returncode == 0, done.stderr
     stored = eventually(lambda: stored_requests(server.http, service="yf"), timeout=20)
     assert stored[0]["truncated"] is False
+    root = tree(server, stored[0]["id"])["lanes"][0]["root"]
+    first, second = root["children"]  # the two take_one calls; the generator began in the first
+    assert functions_of(first) == ["__main__:take_one", "__main__:outer", "__main__:inner"]
+    assert functions_of(second) == ["__main__:take_one"]
+    outer = first["children"][0]
+    assert outer["outcome"] == "return" and outer["suspensions"] == 2
+    assert outer["end_ns"] > second["end_ns"]  # open until list() drained it

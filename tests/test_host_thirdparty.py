@@ -87,10 +87,6 @@ SUITES = (
         ("more_itertools.more:peekable.__next__", "more_itertools.recipes:take"),
         min_functions=250,
         min_calls=50_000,
-        # not yet: the server repairs about 700 calls left open, as many exits without
-        # their enter and 1,600 suspends of suspended calls (single-threaded tests; cause
-        # not found yet), so the request is stored truncated
-        complete=False,
     ),
     Suite(  # closures and callables: curry (a descriptor), compose, juxt, memoize
         "toolz",

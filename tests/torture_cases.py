@@ -486,6 +486,20 @@ def case_generators():
     return seen, log
 
 
+def take_one(gen):
+    """A plain call resuming a delegating generator: the generator's frame gives control
+    away through `yield from` (no hook runs), then this call exits."""
+    return next(gen)
+
+
+def case_yield_from_through_plain_call():
+    log: list = []
+    outer = delegator(log)
+    seen = [take_one(outer), take_one(outer), take_one(outer), states(outer)]
+    outer.close()
+    return seen, log
+
+
 def stubborn():
     while True:
         try:  # noqa: SIM105 - a handler around the yield is the case
