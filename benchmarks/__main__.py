@@ -1,5 +1,5 @@
 """`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, memory,
-queries, host-calls, host-app, host-startup or all.
+queries, host-calls, host-app, host-startup, ui-render or all.
 
 This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
 threads inherit it) and starts the server pinned to core 0."""
@@ -9,7 +9,17 @@ from __future__ import annotations
 import argparse
 import os
 
-from benchmarks import host_app, host_calls, host_startup, ingest, memory, queries, stages
+from benchmarks import (
+    host_app,
+    host_calls,
+    host_script,
+    host_startup,
+    ingest,
+    memory,
+    queries,
+    stages,
+    ui_render,
+)
 from benchmarks.server import CLIENT_CORE
 
 DBS = ("sqlite", "postgresql")
@@ -52,13 +62,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--calls", type=int, default=200_000, help="instrumented calls per mode and round"
     )
-    p = sub.add_parser("host-app", help="app worker CPU per request, instrumented vs plain")
-    p.add_argument("--app", choices=host_app.APPS, default="flask")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds of every setup")
-    p.add_argument("--requests", type=int, default=1500, help="requests per setup and round")
+    p = sub.add_parser(
+        "host-app", help="CPU per request and throughput: host vs none vs other profilers"
+    )
+    p.add_argument("--app", choices=(*host_app.APPS, "script", "all"), default="flask")
+    p.add_argument("--rounds", type=int, default=13, help="interleaved rounds of every setup")
+    p.add_argument("--seconds", type=int, default=2, help="measured load per window")
+    p.add_argument("--warmup", type=int, default=2, help="load before each window")
+    p.add_argument("--carts", type=int, default=15_000, help="carts the script prices per run")
+    p.add_argument(
+        "--setups",
+        default="",
+        help="only these, comma-separated (none is always measured): "
+        f"apps {','.join(s.key for s in host_app.SETUPS)}; "
+        f"script {','.join(s.key for s in host_script.SETUPS)}",
+    )
     p = sub.add_parser("host-startup", help="import time of a big package: plain, cold, warm")
     p.add_argument("--functions", type=int, default=3000, help="functions in the package")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every setup")
+    p = sub.add_parser(
+        "ui-render", help="web UI in headless Chromium: 10k-call timeline, 5k-stack flame graph"
+    )
+    p.add_argument("--rounds", type=int, default=5, help="page loads and redraws per chart")
     sub.add_parser("all", help="everything with default options (about 15 minutes)")
     return parser
 
@@ -72,9 +97,9 @@ ALL = (
     ["queries", "--db", "sqlite"],
     ["memory", "--db", "sqlite"],
     ["host-calls"],
-    ["host-app", "--app", "flask"],
-    ["host-app", "--app", "starlette"],
+    ["host-app", "--app", "all"],
     ["host-startup"],
+    ["ui-render"],
 )
 
 
@@ -98,9 +123,15 @@ def _run(args: argparse.Namespace) -> None:
     elif args.benchmark == "host-calls":
         host_calls.run(args.rounds, args.calls)
     elif args.benchmark == "host-app":
-        host_app.run(args.app, args.rounds, args.requests)
+        for app in [*host_app.APPS, "script"] if args.app == "all" else [args.app]:
+            if app == "script":
+                host_script.run(args.rounds, args.carts, args.setups)
+            else:
+                host_app.run(app, args.rounds, args.seconds, args.warmup, args.setups)
     elif args.benchmark == "host-startup":
         host_startup.run(args.functions, args.rounds)
+    elif args.benchmark == "ui-render":
+        ui_render.run(args.rounds)
 
 
 def main(argv: list[str] | None = None) -> None:

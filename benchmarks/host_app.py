@@ -1,100 +1,130 @@
-"""What the host costs a real app: CPU of the app's worker process per request, plain and
-under `profiler-host run` (sampling at the default 10/s, and off), as a ratio to plain.
+"""What profiling costs a real web app: CPU of its one worker process per request, and its
+throughput, under the host and under other profilers, as ratios to the unprofiled app.
 
-The three setups run side by side, each one worker pinned to core 0 on the same shop
-database; this process (the load, two connections in flight so the worker never idles)
-and the profiling server are on core 1. Rounds visit the setups in a shuffled order; the
-worker's CPU (utime + stime of every thread, so the host's transport thread counts too) is
-read from /proc before and after each window.
+Every setup is its own app server (gunicorn with one sync worker, or uvicorn), pinned to
+core 0, on its own copy of the shop database (in /dev/shm: no disk waits); all are started
+first, then only one at a time is under load: wrk (one thread, two connections, the route
+mix of `shop_mix.lua`) pinned to core 1 with the profiling server and py-spy. Each window is
+a warm-up run (the host's sampler adapts to the arrival rate) and then the measured run; the
+worker's CPU (utime + stime of all its threads, so the host's transport thread and the
+peers' threads count) is read from /proc before and after, the latter once the host has
+shipped what the window recorded. See `overhead` for rounds and ratios.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import re
+import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks import results
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks import overhead, peers
+from benchmarks.overhead import NONE, Setup
 from benchmarks.server import CLIENT_CORE, ROOT, SERVER_CORE, ServerProcess, stat_cpu
 
 APPS = ("flask", "starlette")
-SETUPS = {"plain": None, "sampled": "10", "sampling off": "0"}
-ROUTES = (b"GET /products/1", b"GET /orders/1", b"GET /products?page=1", b"POST /checkout")
-CHECKOUT = b'{"customer_id": 1, "items": [{"product_id": 1, "quantity": 1}]}'
-WARMUP = 300
-SETTLE = 0.3  # seconds around a window: the transport ships what the window recorded
+OFF, DEFAULT, EVERY = "host, sampling off", "host, default (10/s)", "host, 100%"
+DEFAULT_RATE = 10.0  # the host's default --sample-rate
+SAMPLE_ALL = "1000000"  # sampled requests per second: far above any arrival rate, so all
+SETUPS = [
+    Setup("none", NONE),
+    Setup("aa", "none (A/A)"),
+    Setup("off", OFF, host=("--sample-rate", "0")),
+    Setup("default", DEFAULT, host=()),
+    Setup("all", EVERY, host=("--sample-rate", SAMPLE_ALL)),
+    Setup("cprofile", "cProfile", peer="cprofile"),
+    Setup("yappi", "yappi", peer="yappi"),
+    Setup("pyinstrument", "pyinstrument", peer="pyinstrument"),
+    Setup("pyspy", "py-spy --nonblocking", peer="py-spy"),
+]
+MIX = Path(__file__).resolve().parent / "shop_mix.lua"
+SETTLE = 0.5  # s after a window: the host ships what it recorded (flush interval 0.2 s)
+FIRST_LOAD = 3  # s of load after start: imports, templates, the sampler's rate estimate
 START_TIMEOUT = 60.0
-REQUEST_TIMEOUT = 30.0
+STOP_TIMEOUT = 20.0
+WRK_LINE = re.compile(r"(\d+) requests in ([\d.]+)(us|ms|s|m)\b")
+WRK_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
 def _serve(app: str, port: int) -> list[str]:
     if app == "flask":
-        return ["-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "profiling_target.wsgi:app"]
+        return [
+            "-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "--no-control-socket",
+            "profiling_target.wsgi:app",
+        ]  # fmt: skip
     return [
         "-m", "uvicorn", "profiling_target.asgi:app", "--host", "127.0.0.1",
         "--port", str(port), "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
 
 
-def _request(port: int, route: bytes) -> None:
-    """One request on its own connection (a gunicorn sync worker closes it anyway)."""
-    body = CHECKOUT if route.startswith(b"POST") else b""
-    head = b"%s HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n" % route
-    head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-    with socket.create_connection(("127.0.0.1", port), timeout=REQUEST_TIMEOUT) as sock:
-        sock.sendall(head + body)
-        answer = sock.recv(65536)
-        while sock.recv(65536):
-            pass
-    if answer[9:12] not in (b"200", b"201"):
-        raise RuntimeError(f"{route.decode()}: {answer[:200]!r}")
+def service(setup: Setup) -> str:
+    """The service name a host setup reports as (its stored requests are counted by it)."""
+    return "bench-" + re.sub(r"[^a-z0-9]+", "-", setup.name.lower()).strip("-")
 
 
-def _load(port: int, count: int) -> float:
-    """`count` requests over the route mix, two in flight; returns the seconds taken."""
-    started = time.monotonic()
-    pool = ThreadPoolExecutor(2)
-    try:
-        for _ in pool.map(lambda i: _request(port, ROUTES[i % len(ROUTES)]), range(count)):
-            pass
-    finally:
-        pool.shutdown(cancel_futures=True)  # Ctrl-C or a failure: drop the queued rest
-    return time.monotonic() - started
+def _command(app: str, port: int, setup: Setup, server: str) -> tuple[list[str], dict]:
+    serve = _serve(app, port)
+    if setup.host is not None:
+        return [
+            sys.executable, "-m", "profiler_host", "run", "--server", server,
+            "--service", service(setup), "--include", "profiling_target.*", *setup.host,
+            "--", sys.executable, *serve,
+        ], {}  # fmt: skip
+    if setup.peer in peers.IN_PROCESS:
+        env = {peers.ENV: setup.peer}
+        if app == "flask":
+            return [sys.executable, *serve, "-c", "python:benchmarks.peers"], env
+        return [sys.executable, "-m", "benchmarks.peers", *serve], env
+    return [sys.executable, *serve], {}
+
+
+def wrk(port: int, seconds: int) -> tuple[int, float]:
+    """(requests answered, seconds) of one bounded wrk run on core 1; any error response or
+    timeout fails the benchmark."""
+    out = subprocess.run(
+        ["taskset", "-c", str(CLIENT_CORE), "wrk", "-t1", "-c2", f"-d{seconds}s",
+         "--timeout", "10s", "-s", str(MIX), f"http://127.0.0.1:{port}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    found = WRK_LINE.search(out)
+    if found is None or "Non-2xx" in out or re.search(r"timeout [1-9]", out):
+        raise RuntimeError(f"wrk on port {port}:\n{out}")
+    return int(found[1]), float(found[2]) * WRK_UNITS[found[3]]
 
 
 class AppProcess:
-    """One app server (one worker) on core 0, optionally under `profiler-host run`."""
+    """One app server (one worker) on core 0, in one setup."""
 
-    def __init__(self, app: str, sample_rate: str | None, profiler: str, env: dict) -> None:
+    def __init__(self, app: str, setup: Setup, server: str, env: dict, tmp: Path) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        command = [sys.executable, *_serve(app, self.port)]
-        if sample_rate is not None:
-            command = [
-                sys.executable, "-m", "profiler_host", "run", "--server", profiler,
-                "--service", "bench", "--include", "profiling_target.*",
-                "--sample-rate", sample_rate, "--", *command,
-            ]  # fmt: skip
+        command, extra_env = _command(app, self.port, setup, server)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             ["taskset", "-c", str(SERVER_CORE), *command],
             cwd=ROOT,
-            env=env,
+            env={**env, **extra_env},
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
         self.worker = 0
+        self.requests = 0  # answered, warm-ups included
+        self.pyspy: subprocess.Popen | None = None
         try:
             self._wait_ready(app)
+            if setup.peer == "py-spy":
+                self.pyspy = peers.attach_pyspy(self.worker, CLIENT_CORE, tmp / f"{self.port}.txt")
         except BaseException:
             self.stop()
             raise
@@ -106,8 +136,8 @@ class AppProcess:
                 self.log.seek(0)
                 raise RuntimeError(f"app did not start:\n{self.log.read()[-3000:].decode()}")
             try:
-                _request(self.port, b"GET /health")
-                break
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
             except OSError:
                 time.sleep(0.1)
         self.worker = self.proc.pid if app == "starlette" else _only_child(self.proc.pid)
@@ -115,12 +145,38 @@ class AppProcess:
     def cpu_seconds(self) -> float:
         return stat_cpu(f"/proc/{self.worker}/stat")[1]
 
+    def load(self, seconds: int) -> tuple[int, float]:
+        count, took = wrk(self.port, seconds)
+        self.requests += count
+        return count, took
+
+    def window(self, seconds: int, warmup: int) -> tuple[float, float]:
+        """(CPU seconds per request, requests per second) of one measured run."""
+        self.load(warmup)
+        before = self.cpu_seconds()
+        count, took = self.load(seconds)
+        time.sleep(SETTLE)
+        return (self.cpu_seconds() - before) / count, count / took
+
+    def thread_ms_per_request(self) -> dict[str, float]:
+        """The worker's live threads' CPU over its whole life per request answered, by
+        thread name (`main`; Python threads share the process's name, gRPC's have theirs):
+        where a setup's extra CPU goes."""
+        out: dict[str, float] = {}
+        for tid in os.listdir(f"/proc/{self.worker}/task"):
+            name, seconds = stat_cpu(f"/proc/{self.worker}/task/{tid}/stat")
+            name = "main" if int(tid) == self.worker else name
+            out[name] = out.get(name, 0.0) + seconds * 1000 / max(self.requests, 1)
+        return {name: round(ms, 4) for name, ms in sorted(out.items())}
+
     def stop(self) -> None:
         """SIGTERM (gunicorn stops its worker, the host flushes), SIGKILL after 20 s."""
+        if self.pyspy is not None:
+            peers.detach_pyspy(self.pyspy)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
@@ -142,75 +198,115 @@ def _only_child(pid: int) -> int:
     return children[0]
 
 
-def _window(app: AppProcess, count: int) -> tuple[float, float]:
-    """(CPU ms per request, requests per second) over `count` requests."""
-    time.sleep(SETTLE)
-    before = app.cpu_seconds()
-    took = _load(app.port, count)
-    time.sleep(SETTLE)
-    return (app.cpu_seconds() - before) * 1000 / count, count / took
+def _host_counts(profiler: ServerProcess) -> dict[str, dict[str, float]]:
+    """service -> stored / dropped requests, from the profiling server's /metrics."""
+    counts: dict[str, dict[str, float]] = {}
+    body = httpx.get(f"{profiler.http}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            if sample.name in (
+                "profiler_requests_stored_total",
+                "profiler_host_dropped_requests_total",
+            ):
+                one = counts.setdefault(sample.labels["service"], {})
+                one[sample.name] = one.get(sample.name, 0.0) + sample.value
+    return counts
 
 
-def _summary(values: list[float], digits: int) -> dict:
-    return {
-        "median": round(statistics.median(values), digits),
-        "min": round(min(values), digits),
-        "max": round(max(values), digits),
-        "n": len(values),
-    }
+def _shop_database(tmp: Path, env: dict) -> Path:
+    """Builds the shop's database once; every setup gets a copy (checkouts write to it)."""
+    path = tmp / "shop.sqlite3"
+    subprocess.run(
+        [sys.executable, "-c",
+         "from profiling_target.shop.service import Shop; Shop.from_env().database.ensure()"],
+        cwd=ROOT, env={**env, "PROFILING_TARGET_DB": str(path)}, check=True,
+    )  # fmt: skip
+    return path
 
 
-def run(app: str, rounds: int, requests: int, seed: int = 1) -> dict:
+def _start(app: str, setup: Setup, server: str, env: dict, tmp: Path, shop: Path) -> AppProcess:
+    database = tmp / f"shop-{service(setup)}.sqlite3"
+    shutil.copy(shop, database)
+    started = AppProcess(app, setup, server, {**env, "PROFILING_TARGET_DB": str(database)}, tmp)
+    started.load(FIRST_LOAD)
+    return started
+
+
+def _modelled_default(samples: dict) -> dict:
+    """The default rate's figures per round from the off and 100% rows: off's CPU per request
+    plus the sampled share (10/s over the request rate) of what recording a request adds
+    (100% minus off). The default row itself samples more than 10/s here (its rate estimate
+    decays while other setups run) and its small cost hides in the window noise; this
+    assumes a sampled request costs the same at any sampling rate."""
+    cpu = [
+        off + min(1.0, DEFAULT_RATE / rate) * (every - off)
+        for off, every, rate in zip(
+            samples[OFF]["cpu"], samples[EVERY]["cpu"], samples[DEFAULT]["rate"], strict=True
+        )
+    ]
+    ratio = [none / one for none, one in zip(samples[NONE]["cpu"], cpu, strict=True)]
+    return {"cpu": overhead.summary(cpu, 6), "cpu_ratio": overhead.summary(ratio, 4)}
+
+
+def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dict:
     if CLIENT_CORE in os.sched_getaffinity(0):
         os.sched_setaffinity(0, {CLIENT_CORE})
-    rng = random.Random(seed)
-    cpu: dict[str, list[float]] = {name: [] for name in SETUPS}
-    rate: dict[str, list[float]] = {name: [] for name in SETUPS}
-    with tempfile.TemporaryDirectory(prefix="profiler-bench-app-") as tmp:
-        env = {**os.environ, "PROFILING_TARGET_DB": f"{tmp}/shop.sqlite3"}
+    started_load = os.getloadavg()
+    scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="profiler-bench-app-", dir=scratch) as name:
+        tmp = Path(name)
+        env = dict(os.environ)
+        shop = _shop_database(tmp, env)
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
-            stored_before = profiler.metrics().get("profiler_requests_stored_total", 0.0)
             apps: dict[str, AppProcess] = {}
+            unavailable: dict[str, str] = {}
             try:
-                for name, sample_rate in SETUPS.items():
-                    apps[name] = AppProcess(app, sample_rate, profiler.target, env)
-                    _load(apps[name].port, WARMUP)
-                for _ in range(rounds):
-                    order = list(SETUPS)
-                    rng.shuffle(order)
-                    for name in order:
-                        ms, per_second = _window(apps[name], requests)
-                        cpu[name].append(ms)
-                        rate[name].append(per_second)
+                for setup in overhead.choose(SETUPS, keys):
+                    try:
+                        apps[setup.name] = _start(app, setup, profiler.target, env, tmp, shop)
+                    except RuntimeError as exc:
+                        if setup.peer != "py-spy":
+                            raise
+                        unavailable[setup.name] = str(exc).splitlines()[0]
+                measured = [s for s in SETUPS if s.name in apps]
+                print(f"{app}: {len(measured)} setups, {rounds} rounds of {warmup} s + {seconds} s")
+                samples = overhead.interleave(
+                    measured, rounds, lambda s: apps[s.name].window(seconds, warmup)
+                )
+                threads = {name: one.thread_ms_per_request() for name, one in apps.items()}
             finally:
                 for one in apps.values():
                     one.stop()
-            stored = profiler.metrics().get("profiler_requests_stored_total", 0.0)
-    out = {
-        name: {
-            "cpu_ms_per_request": _summary(cpu[name], 3),
-            "requests_per_second": _summary(rate[name], 0),
-            # plain CPU per request / this setup's, per round (1.0 = no cost)
-            "ratio_to_plain": _summary(
-                [p / c for p, c in zip(cpu["plain"], cpu[name], strict=True)], 4
-            ),
-        }
-        for name in SETUPS
+            time.sleep(1.0)  # the last acks
+            counts = _host_counts(profiler)
+    figures = overhead.ratios(samples)
+    for name, by_thread in threads.items():
+        figures[name]["thread_cpu_ms_per_request"] = by_thread
+        print(f"{name}: CPU ms/request by thread over the run: {by_thread}")
+    if {OFF, DEFAULT, EVERY} <= figures.keys():
+        figures["host, default, modelled"] = _modelled_default(samples)
+    loaded = FIRST_LOAD + (seconds + warmup) * rounds
+    for setup in SETUPS:
+        if setup.host is not None and setup.name in samples:
+            one = counts.get(service(setup), {})
+            stored = one.get("profiler_requests_stored_total", 0.0)
+            figures[setup.name]["sampled_requests_stored"] = stored
+            figures[setup.name]["sampled_per_loaded_second"] = round(stored / loaded, 2)
+            figures[setup.name]["host_dropped_requests"] = one.get(
+                "profiler_host_dropped_requests_total", 0.0
+            )
+            print(
+                f"{setup.name}: {stored:.0f} requests sampled and stored "
+                f"({stored / loaded:.1f}/s under load)"
+            )
+    data = {
+        "app": app,
+        "rounds": rounds,
+        "window_seconds": seconds,
+        "warmup_seconds": warmup,
+        "load_average_at_start": started_load,
+        "samples": samples,
     }
-    sampled = stored - stored_before
-    rows = [
-        (
-            name,
-            f"{f['cpu_ms_per_request']['median']:.3f}",
-            f"{f['ratio_to_plain']['median']:.4f}",
-            f"{f['ratio_to_plain']['min']:.4f}-{f['ratio_to_plain']['max']:.4f}",
-            f"{f['requests_per_second']['median']:.0f}",
-        )
-        for name, f in out.items()
-    ]
-    print(results.table(("setup", "CPU ms/request", "ratio", "ratio range", "requests/s"), rows))
-    print(f"\n{sampled:.0f} requests sampled and stored ({rounds} rounds of {requests})")
-    data = {"app": app, "rounds": rounds, "requests_per_window": requests, "setups": out}
-    path = results.save(f"host-app-{app}", {**data, "sampled_requests_stored": sampled})
-    print(f"results: {path}")
-    return out
+    return overhead.report(
+        f"host-app-{app}", "request", "throughput ratio", figures, unavailable, data
+    )

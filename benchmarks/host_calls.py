@@ -1,6 +1,9 @@
 """What an instrumented call costs in the app's own threads, against the same plain function
 in the same process: the gate closed (nothing sampled), open (another request sampled, not
 this one) and sampled (enter and exit recorded), beside cProfile on the plain functions.
+Also the cost of an `await` that gives control to the event loop: a coroutine call awaiting
+`asyncio.sleep(0)` from a coroutine loop (two coroutines suspend and resume, the task is
+woken), with the host's asyncio patches installed in every mode.
 
 Modes run interleaved, in a shuffled order per round, so this VM's drifting speed hits all
 of them alike; each figure is the median (and range) over rounds of
@@ -10,6 +13,7 @@ built (`PROFILER_PURE_PYTHON=1` measures the Python ones); the JSON records whic
 
 from __future__ import annotations
 
+import asyncio
 import cProfile
 import random
 import statistics
@@ -19,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks import results
-from profiler_host import hooks, recording
+from profiler_host import hooks, propagation, recording
 from profiler_host.functions import FunctionRegistry
 from profiler_host.instrumenter import Instrumenter
 
@@ -30,8 +34,17 @@ def leaf(x):
 
 def nested(x):
     return leaf(x) + leaf(x) + leaf(x) + leaf(x)
+
+async def ping(x):
+    await asyncio.sleep(0)
+    return x
+
+async def pings(n):
+    for _ in range(n):
+        await ping(1)
 """
 CALLS = {"leaf": 1, "nested": 5}
+AWAITS = "pings"  # `pings(n)` makes n awaits that reach the loop
 MODULE = "benchmarks_host_calls_target"
 # below 2**30 like real caps (a bigger one makes the hook's truncation check slower)
 EVENT_CAP = 1 << 29
@@ -46,6 +59,17 @@ def _drive(func: Callable[[int], Any], n: int) -> int:
     return time.perf_counter_ns() - started
 
 
+def _drive_awaits(func: Callable[[int], Any], n: int) -> int:
+    """`n` awaits in one event loop (made before the clock starts)."""
+    loop = asyncio.new_event_loop()
+    try:
+        started = time.perf_counter_ns()
+        loop.run_until_complete(func(n))
+        return time.perf_counter_ns() - started
+    finally:
+        loop.close()
+
+
 def _loop(n: int) -> int:
     started = time.perf_counter_ns()
     for _ in range(n):
@@ -57,7 +81,7 @@ def _namespace(instrument: bool) -> dict[str, Any]:
     code = compile(SOURCE, f"<{MODULE}>", "exec")
     if instrument:
         code = Instrumenter(lambda name: True, FunctionRegistry()).transform(code, MODULE)
-    namespace: dict[str, Any] = {"__name__": MODULE}
+    namespace: dict[str, Any] = {"__name__": MODULE, "asyncio": asyncio}
     exec(code, namespace)
     return namespace
 
@@ -79,20 +103,20 @@ def _requests(sampled: int, others: int) -> Any:
                 lane.drain()
 
 
-def _time(mode: str, plain: Callable, instrumented: Callable, n: int) -> int:
+def _time(mode: str, plain: Callable, instrumented: Callable, n: int, drive: Callable) -> int:
     if mode == "loop":
         return _loop(n)
     if mode == "plain":
-        return _drive(plain, n)
+        return drive(plain, n)
     if mode == "cprofile":
         profile = cProfile.Profile()
         profile.enable()
         try:
-            return _drive(plain, n)
+            return drive(plain, n)
         finally:
             profile.disable()
     with _requests(sampled=int(mode == "sampled"), others=int(mode != "closed")):
-        return _drive(instrumented, n)
+        return drive(instrumented, n)
 
 
 def _summary(values: list[float]) -> dict:
@@ -112,20 +136,25 @@ def run(rounds: int, calls: int, seed: int = 1) -> dict:
         raise RuntimeError("the rewriter left the benchmark functions uninstrumented")
     rng = random.Random(seed)
     figures: dict[str, dict[str, list[float]]] = {}
-    for name, per_call in CALLS.items():
-        n = max(1, calls // per_call)
-        pair = (plain_ns[name], instrumented_ns[name])
-        for mode in MODES:  # warm-up: specialise the bytecode, fill free lists
-            _time(mode, *pair, n // 10)
-        added: dict[str, list[float]] = {m: [] for m in MODES if m != "plain"}
-        for _ in range(rounds):
-            order = list(MODES)
-            rng.shuffle(order)
-            took = {mode: _time(mode, *pair, n) for mode in order}
-            added["loop"].append((took["plain"] - took["loop"]) / (n * per_call))
-            for mode in MODES[2:]:
-                added[mode].append((took[mode] - took["plain"]) / (n * per_call))
-        figures[name] = added
+    propagation.install()
+    try:
+        for name, per_call in [*CALLS.items(), (AWAITS, 1)]:
+            drive = _drive_awaits if name == AWAITS else _drive
+            n = max(1, calls // per_call // (10 if name == AWAITS else 1))
+            pair = (plain_ns[name], instrumented_ns[name])
+            for mode in MODES:  # warm-up: specialise the bytecode, fill free lists
+                _time(mode, *pair, n // 10, drive)
+            added: dict[str, list[float]] = {m: [] for m in MODES if m != "plain"}
+            for _ in range(rounds):
+                order = list(MODES)
+                rng.shuffle(order)
+                took = {mode: _time(mode, *pair, n, drive) for mode in order}
+                added["loop"].append((took["plain"] - took["loop"]) / (n * per_call))
+                for mode in MODES[2:]:
+                    added[mode].append((took[mode] - took["plain"]) / (n * per_call))
+            figures[name] = added
+    finally:
+        propagation.uninstall()
     out = {
         name: {
             ("bare_call" if mode == "loop" else f"{mode}_added"): _summary(values)

@@ -14,6 +14,7 @@ class EventKind(IntEnum):
     SUSPEND = ingest_pb2.SUSPEND
     RESUME = ingest_pb2.RESUME
     READY = ingest_pb2.READY
+    EXIT_CANCELLED = ingest_pb2.EXIT_CANCELLED
 
 
 class FunctionKind(IntEnum):
@@ -46,6 +47,13 @@ class Outcome(IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+
+# the event kinds that end a call, and the outcome each gives its node
+EXIT_OUTCOMES = {
+    EventKind.EXIT: Outcome.RETURN,
+    EventKind.EXIT_EXCEPTION: Outcome.EXCEPTION,
+    EventKind.EXIT_CANCELLED: Outcome.CANCELLED,
+}
 
 MAIN_LANE = 0
 

@@ -23,7 +23,7 @@
 
 #define KIND_BITS 3
 /* profiler_core.model.EventKind (recording.py checks they agree before using this module) */
-enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4 };
+enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4, EXIT_CANCELLED = 6 };
 /* a resumable token: [lane, fk, call, suspended, stamp] */
 enum { TOKEN_LANE, TOKEN_FK, TOKEN_CALL, TOKEN_SUSPENDED, TOKEN_STAMP, TOKEN_SIZE };
 
@@ -31,6 +31,8 @@ enum { TOKEN_LANE, TOKEN_FK, TOKEN_CALL, TOKEN_SUSPENDED, TOKEN_STAMP, TOKEN_SIZ
 static PyObject *own_lane_cb = NULL;
 static PyObject *failed_cb = NULL;
 static PyObject *running = NULL; /* dict: lane -> list of resumable tokens, oldest first */
+static PyObject *cancelled_module = NULL; /* "asyncio.exceptions" */
+static PyObject *cancelled_error = NULL;  /* its CancelledError, once it is imported */
 
 /* ---- RequestCore ------------------------------------------------------------------- */
 
@@ -469,17 +471,35 @@ running_push(PyObject *lane, PyObject *token)
     return PyList_Append(list, token);
 }
 
+/* The lane's running calls (borrowed): 1 with *list set, 0 when it has none (or nothing
+ * runs anywhere: the usual case outside asyncio), -1 with an error set. */
+static int
+lane_running(LaneCore *lane, PyObject **list)
+{
+    if (PyDict_GET_SIZE(running) == 0)
+        return 0;
+    *list = PyDict_GetItemWithError(running, (PyObject *)lane);
+    if (*list == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_Check(*list)) {
+        PyErr_SetString(PyExc_TypeError, "_RUNNING holds a non-list");
+        return -1;
+    }
+    return PyList_GET_SIZE(*list) > 0;
+}
+
 /* Takes `token` off its lane's running calls; those above it gave control away without a
  * hook and are recorded as suspended since `since` first (hooks._running_pop). */
 static int
 running_pop(LaneCore *lane, PyObject *token, PyObject *since)
 {
-    PyObject *list = PyDict_GetItemWithError(running, (PyObject *)lane);
-    int rc = 0;
-    if (list == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!PyList_Check(list) || index_of(list, token) < 0)
+    PyObject *list;
+    int rc = lane_running(lane, &list);
+    if (rc <= 0)
+        return rc;
+    if (index_of(list, token) < 0)
         return 0;
+    rc = 0;
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
     while (rc == 0) {
         Py_ssize_t n = PyList_GET_SIZE(list);
@@ -514,6 +534,42 @@ running_pop(LaneCore *lane, PyObject *token, PyObject *since)
             rc = -1;
         else if (current == NULL && PyErr_Occurred())
             rc = -1;
+    }
+    Py_DECREF(list);
+    return rc;
+}
+
+/* A woken await chain (hooks.ready) that runs a hook other than its resume hooks had an
+ * exception thrown in (a cancellation, a failed await): that resumed it with no hook, so its
+ * frames resume at `now`, outermost first (hooks._resume_thrown). */
+static int
+resume_thrown(LaneCore *lane, PyObject *now)
+{
+    PyObject *list, *top;
+    Py_ssize_t i;
+    int rc = lane_running(lane, &list);
+    if (rc <= 0)
+        return rc;
+    rc = 0;
+    top = PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1);
+    if (!PyList_CheckExact(top) || PyList_GET_SIZE(top) != TOKEN_SIZE ||
+        PyList_GET_ITEM(top, TOKEN_SUSPENDED) != Py_True)
+        return 0;
+    Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
+    for (i = 0; rc == 0 && i < PyList_GET_SIZE(list); i++) {
+        PyObject *token = PyList_GET_ITEM(list, i);
+        if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != TOKEN_SIZE) {
+            PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
+            rc = -1;
+        }
+        else if (PyList_GET_ITEM(token, TOKEN_SUSPENDED) == Py_True) {
+            Py_INCREF(token);
+            rc = PyList_SetItem(token, TOKEN_SUSPENDED, Py_NewRef(Py_False));
+            if (rc == 0)
+                rc = record_kind(lane, lane->record, PyList_GET_ITEM(token, TOKEN_FK), RESUME,
+                                 PyList_GET_ITEM(token, TOKEN_CALL), now);
+            Py_DECREF(token);
+        }
     }
     Py_DECREF(list);
     return rc;
@@ -603,7 +659,7 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject 
     ns = now_ns();
     if (fk == NULL || first == NULL || call == NULL || ns == NULL)
         goto fail;
-    if (record_via(lane, lane->record, first, call, ns) < 0)
+    if (resume_thrown(lane, ns) < 0 || record_via(lane, lane->record, first, call, ns) < 0)
         goto fail;
     Py_DECREF(first);
     Py_DECREF(ns);
@@ -692,16 +748,10 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
 {
     PyObject *list, *since;
     long long cid;
-    int rc = 0;
-    if (PyDict_GET_SIZE(running) == 0)
-        return 0;
-    list = PyDict_GetItemWithError(running, (PyObject *)lane);
-    if (list == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!PyList_Check(list)) {
-        PyErr_SetString(PyExc_TypeError, "_RUNNING holds a non-list");
-        return -1;
-    }
+    int rc = lane_running(lane, &list);
+    if (rc <= 0)
+        return rc;
+    rc = 0;
     cid = PyLong_AsLongLong(call);
     if (cid == -1 && PyErr_Occurred())
         return -1;
@@ -762,7 +812,9 @@ exit_plain(PyObject *token, int kind)
     if (ns == NULL)
         return failed(Py_None);
     lane = (LaneCore *)PyTuple_GET_ITEM(token, 3);
-    rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, 2), ns);
+    rc = resume_thrown(lane, ns);
+    if (rc == 0)
+        rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, 2), ns);
     if (rc == 0)
         rc = record_kind(lane, PyTuple_GET_ITEM(token, 0), PyTuple_GET_ITEM(token, 1), kind,
                          PyTuple_GET_ITEM(token, 2), ns);
@@ -786,15 +838,46 @@ hp_exit_resumable(PyObject *module, PyObject *token)
     return exit_resumable(token, EXIT);
 }
 
+/* How `exc` ends a call (hooks.exit_exception): asyncio's cancellation and close()
+ * (GeneratorExit) cancel it, anything else is raised out of it. -1 with an error set. */
+static int
+exit_kind(PyObject *exc)
+{
+    if (PyErr_GivenExceptionMatches(exc, PyExc_GeneratorExit))
+        return EXIT_CANCELLED;
+    if (cancelled_error == NULL) {
+        /* asyncio is not imported here: until the app imports it, nothing is cancelled */
+        PyObject *module = PyImport_GetModule(cancelled_module);
+        if (module == NULL)
+            return PyErr_Occurred() ? -1 : EXIT_EXCEPTION;
+        cancelled_error = PyObject_GetAttrString(module, "CancelledError");
+        Py_DECREF(module);
+        if (cancelled_error == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear(); /* asyncio.exceptions is being imported */
+            return EXIT_EXCEPTION;
+        }
+    }
+    return PyErr_GivenExceptionMatches(exc, cancelled_error) ? EXIT_CANCELLED : EXIT_EXCEPTION;
+}
+
 /* exit_exception(token, exc): either kind of token */
 static PyObject *
 hp_exit_exception(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    int kind;
     if (check_nargs("exit_exception", nargs, 2) < 0)
         return NULL;
+    kind = exit_kind(args[1]);
+    if (kind < 0) {
+        if (swallow() < 0)
+            return NULL;
+        kind = EXIT_EXCEPTION; /* counted as a failure, still recorded as an exit */
+    }
     if (PyList_CheckExact(args[0]))
-        return exit_resumable(args[0], EXIT_EXCEPTION);
-    return exit_plain(args[0], EXIT_EXCEPTION);
+        return exit_resumable(args[0], kind);
+    return exit_plain(args[0], kind);
 }
 
 /* The shared start of suspend/resume/resume_delegated: the token's lane and fields
@@ -872,8 +955,10 @@ exit_resumable(PyObject *token, int kind)
     if (unpack(token, &r) < 0)
         return failed(Py_None);
     hold(&r, 1);
+    rc = resume_thrown(r.lane, r.ns);
     since = since_of(r.lane, r.ns);
-    rc = running_pop(r.lane, token, since);
+    if (rc == 0)
+        rc = running_pop(r.lane, token, since);
     Py_DECREF(since);
     if (rc == 0)
         rc = record_kind(r.lane, r.lane->record, r.fk, kind, r.call, r.ns);
@@ -892,10 +977,12 @@ hp_suspend(PyObject *module, PyObject *token)
     if (unpack(token, &r) < 0)
         return failed(Py_None);
     hold(&r, 1);
-    if (r.suspended) { /* a throw() caught inside the generator resumed it without a hook */
+    rc = resume_thrown(r.lane, r.ns);
+    if (rc == 0 && PyList_GET_ITEM(token, TOKEN_SUSPENDED) == Py_True) {
+        /* a throw() caught inside the generator resumed it without a hook */
         rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
     }
-    else {
+    else if (rc == 0) {
         PyObject *since = since_of(r.lane, r.ns);
         rc = running_pop(r.lane, token, since);
         Py_DECREF(since);
@@ -1004,6 +1091,9 @@ PyInit__hotpath(void)
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
         PyType_Ready(&LaneCoreType) < 0)
         return NULL;
+    cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
+    if (cancelled_module == NULL)
+        return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
@@ -1014,7 +1104,8 @@ PyInit__hotpath(void)
         PyModule_AddIntConstant(module, "EXIT", EXIT) < 0 ||
         PyModule_AddIntConstant(module, "EXIT_EXCEPTION", EXIT_EXCEPTION) < 0 ||
         PyModule_AddIntConstant(module, "SUSPEND", SUSPEND) < 0 ||
-        PyModule_AddIntConstant(module, "RESUME", RESUME) < 0) {
+        PyModule_AddIntConstant(module, "RESUME", RESUME) < 0 ||
+        PyModule_AddIntConstant(module, "EXIT_CANCELLED", EXIT_CANCELLED) < 0) {
         Py_DECREF(module);
         return NULL;
     }

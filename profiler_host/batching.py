@@ -32,7 +32,10 @@ class Batcher:
         for request in [*running, *finished]:
             self._add_request(builder, request)
         for request in finished:
-            builder.end(request.id, request.end_ns or 0, request.status, request.truncated)
+            # the route again: a framework matches its template after the start went out
+            builder.end(
+                request.id, request.end_ns or 0, request.status, request.truncated, request.route
+            )
             self.announced.discard(request.id)
             self._lanes_sent = {key for key in self._lanes_sent if key[0] != request.id}
         # definitions last: every function an event above refers to is registered by now

@@ -23,6 +23,7 @@ events, tokens and failure handling, without Python frames (see `recording.IMPLE
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from threading import get_ident
 from time import monotonic_ns
@@ -40,6 +41,7 @@ EXIT_EXCEPTION = int(EventKind.EXIT_EXCEPTION)
 SUSPEND = int(EventKind.SUSPEND)
 RESUME = int(EventKind.RESUME)
 READY = int(EventKind.READY)
+EXIT_CANCELLED = int(EventKind.EXIT_CANCELLED)
 
 
 class Gate(list):
@@ -95,7 +97,10 @@ def enter(lane: recording.Lane, fid: int) -> tuple | None:
             return None
         fk = fid << KIND_BITS
         record = lane.record
-        record((fk | ENTER, cid, monotonic_ns()))
+        now = monotonic_ns()
+        if _RUNNING:
+            _resume_thrown(lane, now)
+        record((fk | ENTER, cid, now))
         return (record, fk, cid, lane)
     except Exception:
         _failed()
@@ -138,6 +143,18 @@ def _running_pop(token: list, since: int) -> None:
         _RUNNING.pop(lane, None)
 
 
+def _resume_thrown(lane: recording.Lane, now: int) -> None:
+    """A woken await chain (see `ready`) that runs a hook other than its resume hooks had an
+    exception thrown in (a cancellation, a failed await): that resumed it with no hook, so
+    its frames resume now, outermost first."""
+    running = _RUNNING.get(lane)
+    if running and running[-1][3]:
+        for token in running:
+            if token[3]:
+                token[3] = False
+                lane.record((token[1] | RESUME, token[2], now))
+
+
 def _since(lane: recording.Lane, now: int) -> int:
     """When a frame that gave control away without a hook stopped: at the lane's last event."""
     buffer = lane.buffer
@@ -160,16 +177,13 @@ def _suspend_let_run(lane: recording.Lane, cid: int, now: int) -> None:
         _RUNNING.pop(lane, None)
 
 
-def _exit_plain(token: tuple, kind: int) -> None:
-    now = monotonic_ns()
-    if _RUNNING:
-        _suspend_let_run(token[3], token[2], now)
-    token[0]((token[1] | kind, token[2], now))
-
-
 def exit(token: tuple) -> None:
     try:
-        _exit_plain(token, EXIT)
+        now = monotonic_ns()
+        if _RUNNING:
+            _resume_thrown(token[3], now)
+            _suspend_let_run(token[3], token[2], now)
+        token[0]((token[1] | EXIT, token[2], now))
     except Exception:
         _failed()
 
@@ -177,6 +191,7 @@ def exit(token: tuple) -> None:
 def _exit_resumable(token: list, kind: int) -> None:
     now = monotonic_ns()
     lane = token[0]
+    _resume_thrown(lane, now)
     _running_pop(token, _since(lane, now))
     lane.record((token[1] | kind, token[2], now))
 
@@ -189,20 +204,31 @@ def exit_resumable(token: list) -> None:
 
 
 def exit_exception(token: tuple | list, exc: BaseException) -> None:
+    """Asyncio's cancellation and `close()` (GeneratorExit) end a call as cancelled, other
+    exceptions as raised. (No helper functions: near the recursion limit, each Python frame
+    a hook adds is one that can fail.)"""
     try:
+        # asyncio is not imported here: until the app imports it, nothing is cancelled
+        cancelled = getattr(sys.modules.get("asyncio.exceptions"), "CancelledError", ())
+        kind = EXIT_CANCELLED if isinstance(exc, (GeneratorExit, cancelled)) else EXIT_EXCEPTION
         if token.__class__ is list:
-            _exit_resumable(token, EXIT_EXCEPTION)
+            _exit_resumable(token, kind)
         else:
-            _exit_plain(token, EXIT_EXCEPTION)
+            now = monotonic_ns()
+            if _RUNNING:
+                _resume_thrown(token[3], now)
+                _suspend_let_run(token[3], token[2], now)
+            token[0]((token[1] | kind, token[2], now))
     except Exception:
         _failed()
 
 
 def suspend(token: list) -> None:
     try:
-        lane, fk, cid, suspended, _ = token
+        lane, fk, cid = token[0], token[1], token[2]
         now = monotonic_ns()
-        if suspended:  # a throw() caught inside the generator resumed it without a hook
+        _resume_thrown(lane, now)
+        if token[3]:  # a throw() caught inside the generator resumed it without a hook
             lane.record((fk | RESUME, cid, now))
         else:
             _running_pop(token, _since(lane, now))

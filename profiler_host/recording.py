@@ -28,7 +28,7 @@ from time import monotonic_ns
 from profiler_core.model import MAIN_LANE, EventKind, LaneKind
 
 EVENT_INTS = 3  # ints per event in a lane's buffer
-KIND_BITS = 3  # EventKind values are 0..5
+KIND_BITS = 3  # EventKind values are 0..6
 _KIND_MASK = (1 << KIND_BITS) - 1
 
 CURRENT: ContextVar[Lane | None] = ContextVar("request_profiler_lane", default=None)
@@ -65,7 +65,7 @@ def _cores() -> tuple[type, type, str]:
         from profiler_host import _hotpath
     except ImportError:  # not built (no compiler at install time)
         return _PyRequestCore, _PyLaneCore, "python"
-    kinds = ("ENTER", "EXIT", "EXIT_EXCEPTION", "SUSPEND", "RESUME")
+    kinds = ("ENTER", "EXIT", "EXIT_EXCEPTION", "SUSPEND", "RESUME", "EXIT_CANCELLED")
     built_for = [_hotpath.KIND_BITS, *(getattr(_hotpath, kind) for kind in kinds)]
     if built_for != [KIND_BITS, *(int(EventKind[kind]) for kind in kinds)]:
         return _PyRequestCore, _PyLaneCore, "python"  # built from other sources: stale

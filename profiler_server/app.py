@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from profiler_server.api.http import build_app
+from profiler_server.exports.pyroscope import PyroscopeExporter
 from profiler_server.ingest.service import SERVICE, IngestService
 from profiler_server.metrics.health import ServerHealth
 from profiler_server.metrics.profiles import ProfileMetrics
@@ -37,7 +38,18 @@ class ProfilingServer:
         self.profiles = ProfileMetrics(
             self.registry, settings.top_k, settings.top_functions, settings.max_routes
         )
-        self.pipeline = Pipeline(self.engine, settings, self.health, self.profiles)
+        self.pyroscope = (
+            PyroscopeExporter(settings.pyroscope_url, settings.pyroscope_interval, self.registry)
+            if settings.pyroscope_url
+            else None
+        )
+        self.pipeline = Pipeline(
+            self.engine,
+            settings,
+            self.health,
+            self.profiles,
+            listeners=[self.pyroscope.record] if self.pyroscope else [],
+        )
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -53,6 +65,8 @@ class ProfilingServer:
             "database %s (schema %d -> %d)", redacted(self.settings.db), found, migrations.LATEST
         )
         self.pipeline.start()
+        if self.pyroscope is not None:
+            self.pyroscope.start()
         limit = self.settings.max_message_bytes
         self._grpc = grpc.aio.server(
             options=[
@@ -110,6 +124,8 @@ class ProfilingServer:
             while self.health.open_streams._value.get() > 0 and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         await asyncio.to_thread(self.pipeline.stop)
+        if self.pyroscope is not None:
+            await asyncio.to_thread(self.pyroscope.stop)
         if self._grpc is not None:
             await self._grpc.stop(1.0)
         if self._http is not None and self._http_task is not None:

@@ -1,5 +1,5 @@
-"""Synthetic host traffic: drives a server without an instrumented app (demo, benchmarks,
-tests). It speaks the real wire protocol over a real gRPC channel."""
+"""Synthetic host traffic: drives a server without an instrumented app (benchmarks, tests).
+It speaks the real wire protocol over a real gRPC channel."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -88,12 +88,16 @@ class Pipeline:
         health: ServerHealth,
         profiles: ProfileMetrics,
         clock: Callable[[], float] = time.monotonic,
+        listeners: Sequence[Callable[[StoredRequests], None]] = (),
     ) -> None:
+        """`listeners` see every committed group of requests (e.g. the Pyroscope exporter);
+        they run in this worker, so they must be quick and must not raise."""
         self.engine = engine
         self.settings = settings
         self.health = health
         self.profiles = profiles
         self.clock = clock
+        self.listeners = listeners
         self.owner = str(uuid.uuid4())
         self.writer = Writer(engine, self.owner)
         self.queue: queue.Queue[Inbound | None] = queue.Queue(maxsize=1024)
@@ -208,6 +212,8 @@ class Pipeline:
             finally:
                 self.health.write_seconds.observe(time.perf_counter() - started)
         self.profiles.record(stored, self.names)
+        for listener in self.listeners:
+            listener(stored)
         for row in stored.rows:
             self.health.count_stored(row["service"], row["truncated"])
         for service, req_drops, event_drops in group.drops:

@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from profiler_core.config import Option, address, duration, positive_int, resolve, size
+
+
+def optional_url(text: str) -> str:
+    """An http(s) URL with a host, or empty (the feature stays off)."""
+    text = text.strip()
+    parts = urlsplit(text)
+    if text and (parts.scheme not in ("http", "https") or not parts.netloc):
+        raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+    return text.rstrip("/")
+
+
+def positive_duration(text: str) -> float:
+    """A duration above zero: an interval of zero would spin."""
+    value = duration(text)
+    if value <= 0:
+        raise ValueError(f"must be positive: {text}")
+    return value
+
 
 OPTIONS = [
     Option("listen", "127.0.0.1:50051", "gRPC ingest address (HOST:PORT)", address),
@@ -51,6 +70,13 @@ OPTIONS = [
         "events held in memory for unfinished requests; over it the oldest are stored truncated",
         positive_int,
     ),
+    Option(
+        "pyroscope-url",
+        "",
+        "push the aggregated stacks to this Pyroscope server (http://HOST:4040); empty: off",
+        optional_url,
+    ),
+    Option("pyroscope-interval", "15s", "how often to push to Pyroscope", positive_duration),
     Option("log-level", "info", "debug, info, warning or error"),
 ]
 
@@ -70,6 +96,8 @@ class Settings:
     request_timeout: float
     max_request_events: int
     max_open_events: int
+    pyroscope_url: str
+    pyroscope_interval: float
     log_level: str
 
     @classmethod

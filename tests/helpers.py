@@ -40,3 +40,11 @@ def metric_value(http: str, name: str, **labels: str) -> float:
 
 def count_nodes(node: dict) -> int:
     return 1 + sum(count_nodes(child) for child in node["children"])
+
+
+def nodes(node: dict) -> list[dict]:
+    """Every node of a call tree (API shape), depth first."""
+    found = [node]
+    for child in node["children"]:
+        found += nodes(child)
+    return found

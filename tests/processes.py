@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -97,3 +98,32 @@ class ServerProcess(HttpProcess):
     @property
     def http(self) -> str:
         return self.url
+
+
+GUNICORN = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:{port}"]
+UVICORN = [
+    sys.executable, "-m", "uvicorn", "profiling_target.asgi:app",
+    "--host", "127.0.0.1", "--port", "{port}",
+]  # fmt: skip
+
+
+def host(*args: str) -> list[str]:
+    """`profiler-host run ARGS` (options, then `--`, then the command)."""
+    return [sys.executable, "-m", "profiler_host", "run", *args]
+
+
+def serve_profiled(
+    server: ServerProcess | str,
+    tmp_path: Path,
+    service: str,
+    *command: str,
+    options: Sequence[str] = ("--sample-rate", "1000"),
+) -> HttpProcess:
+    """An app server under `profiler-host run` on a free port (`{port}` in the command),
+    profiling to `server` (or to a gRPC address where no server listens yet)."""
+    port = free_port()
+    env = {**os.environ, "PROFILING_TARGET_DB": str(tmp_path / "shop.sqlite3")}
+    args = [arg.format(port=port) for arg in command]
+    target = server if isinstance(server, str) else server.target
+    wrapped = host("--server", target, "--service", service, *options)
+    return HttpProcess([*wrapped, "--", *args], tmp_path / "app.log", port, "/health", env=env)

@@ -124,15 +124,16 @@ def _stop(process: subprocess.Popen) -> None:
 
 @contextmanager
 def running_prometheus(
-    targets: list[str], workdir: Path, interval: str = "1s"
+    targets: list[str], workdir: Path, interval: str = "1s", config: str | None = None
 ) -> Iterator[Prometheus]:
-    """Runs Prometheus scraping `targets` (HOST:PORT, loopback) every `interval`."""
+    """Runs Prometheus scraping `targets` (HOST:PORT, loopback) every `interval`, or with
+    `config` (a whole prometheus.yml) when given."""
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not Path(binary).exists():
         pytest.fail("prometheus not installed (apt-get install --no-install-recommends prometheus)")
     workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(json.dumps(_config(targets, interval), indent=2))  # JSON is YAML
+    config_file = workdir / "prometheus.yml"
+    config_file.write_text(config or json.dumps(_config(targets, interval)))  # JSON is YAML
     log = workdir / "prometheus.log"
     for _attempt in range(3):  # the free port may be taken before Prometheus binds it
         port = free_port()
@@ -141,7 +142,7 @@ def running_prometheus(
             process = subprocess.Popen(
                 [
                     binary,
-                    f"--config.file={config}",
+                    f"--config.file={config_file}",
                     f"--storage.tsdb.path={workdir / 'data'}",
                     f"--web.listen-address=127.0.0.1:{port}",
                 ],

@@ -80,6 +80,22 @@ def test_request_list_filters_and_orders(server) -> None:
     assert stored_requests(server.http, until="1970-01-02T00:00:00Z") == []
 
 
+def test_status_and_duration_range_filters(server) -> None:
+    load(server)
+    assert [r["duration_ms"] for r in stored_requests(server.http, max_duration_ms="21")] == [
+        21.0,
+        13.0,
+    ]
+    between = stored_requests(server.http, min_duration_ms="15", max_duration_ms="30")
+    assert [r["duration_ms"] for r in between] == [21.0]
+    assert len(stored_requests(server.http, status="200")) == 3
+    assert len(stored_requests(server.http, status="2xx")) == 3
+    assert stored_requests(server.http, status="5xx") == []
+    assert stored_requests(server.http, status="404") == []
+    bad = httpx.get(f"{server.http}/api/requests", params={"status": "oops"})
+    assert bad.status_code == 400 and "status" in bad.json()["error"]
+
+
 def test_slowest_requests_that_called_a_function(server) -> None:
     load(server)
     found = stored_requests(server.http, function="shop.views:query", limit="2")
@@ -107,6 +123,13 @@ def test_one_request_has_its_whole_tree(server) -> None:
     assert (query["start_ns"], query["end_ns"], query["self_ns"]) == (2 * MS, 22 * MS, 20 * MS)
     assert handler["self_ns"] == 50 * MS - (22 + 22 + 2) * MS
     assert query["outcome"] == "return"
+    sources = {f["function"]: (f["file"], f["line"]) for f in body["functions"]}
+    assert sources == {
+        "shop.views:handler": ("views.py", 10),
+        "shop.views:load": ("views.py", 20),
+        "shop.views:query": ("views.py", 30),
+        "shop.views:render": ("views.py", 40),
+    }
 
 
 def test_flamegraph_and_functions_aggregate_the_range(server) -> None:
@@ -161,6 +184,10 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
         suspensions=[2],
         outcome_node=[3],
         outcome=bytes([1]),
+        wait_node=[3],
+        wait_start_ns=[28],
+        wait_ready_ns=[5],
+        wait_ns=[10],
     )
 
     def node(i: int, function: str, start: int, end: int, self_ns: int, *children, **extra):
@@ -182,6 +209,7 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
     job = node(
         3, "shop:job", 25, 45, 20,
         active_ns=8, await_ns=10, ready_ns=2, max_slice_ns=5, suspensions=2, outcome="exception",
+        waits=[{"start_ns": 28, "ready_ns": 33, "end_ns": 38}],
     )  # fmt: skip
     expected = [
         {

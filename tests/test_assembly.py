@@ -288,6 +288,31 @@ def test_ready_splits_a_suspension_into_await_and_ready_wait() -> None:
     assert problems == Counter()
 
 
+def test_each_suspension_is_kept_with_its_times_for_the_timeline() -> None:
+    req, problems = build(
+        request(
+            run(
+                0,
+                (ENTER, GEN, 1, 0),
+                (SUSPEND, GEN, 1, 10),
+                (READY_EV, GEN, 1, 40),
+                (RESUME, GEN, 1, 50),
+                (SUSPEND, GEN, 1, 60),
+                (RAISE, GEN, 1, 90),  # closed (cancelled) while suspended
+            ),
+            start=5,
+        )
+    )
+    assert problems == Counter()
+    coro = 1  # node index: the lane's root is 0
+    assert req.tree.waits == [(coro, 10, 40, 50), (coro, 60, -1, 90)]
+    stored = flat(req).tree
+    assert list(stored.wait_node) == [coro, coro]
+    assert list(stored.wait_start_ns) == [5, 55]  # from the request's start
+    assert list(stored.wait_ready_ns) == [30, -1]  # -1: never reported ready
+    assert list(stored.wait_ns) == [40, 30]
+
+
 def test_interleaved_generators_are_told_apart_by_call_id() -> None:
     # two generators of the same function, resumed alternately by f
     req, problems = build(

@@ -3,8 +3,6 @@ requests' trees checked against known sleeps, busy loops, fan-outs and thread ha
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,13 +11,9 @@ import httpx
 import pytest
 
 from tests.helpers import eventually, stored_requests
-from tests.processes import HttpProcess, ServerProcess
-from tests.test_host_e2e import functions_of, host, serve_profiled, tree
+from tests.processes import UVICORN, HttpProcess, ServerProcess
+from tests.test_host_e2e import functions_of, profile_script, run_script, serve_profiled, tree
 
-UVICORN = [
-    sys.executable, "-m", "uvicorn", "profiling_target.asgi:app",
-    "--host", "127.0.0.1", "--port", "{port}",
-]  # fmt: skip
 MS = 1_000_000
 
 
@@ -155,17 +149,7 @@ asyncio.run(main())
 def test_waiting_for_a_busy_loop_is_ready_time_not_await_time(stack, tmp_path: Path):
     """The waiter awaits an event for 50 ms, then is ready for 200 ms while another task
     hogs the loop: the two waits are told apart."""
-    server, _ = stack
-    script = tmp_path / "ready.py"
-    script.write_text(READY_SCRIPT)
-    command = host(
-        "--server", server.target, "--service", "ready", "--whole-process", "true",
-        "--", sys.executable, str(script),
-    )  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    stored = eventually(lambda: stored_requests(server.http, service="ready"), timeout=20)
-    request = tree(server, stored[0]["id"])
+    request = profile_script(stack[0], tmp_path, "ready", READY_SCRIPT)
     waiter = only(request, "__main__:waiter")
     assert 40 * MS <= waiter["await_ns"] < 150 * MS
     assert 180 * MS <= waiter["ready_ns"] < 400 * MS
@@ -174,3 +158,148 @@ def test_waiting_for_a_busy_loop_is_ready_time_not_await_time(stack, tmp_path: P
     assert hog["self_ns"] >= 190 * MS
     setter = only(request, "__main__:setter")
     assert setter["max_slice_ns"] >= 190 * MS  # the slice that held the loop
+
+
+ENDINGS_SCRIPT = """
+import asyncio
+
+async def sleeper(seconds):
+    await asyncio.sleep(seconds)
+
+async def failer():
+    await asyncio.sleep(0.01)
+    raise ValueError("failed")
+
+async def ticks():
+    while True:
+        yield 1
+        await asyncio.sleep(0)
+
+async def cancelled_task():
+    task = asyncio.create_task(sleeper(10))
+    await asyncio.sleep(0.02)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+async def timed_out():
+    try:
+        async with asyncio.timeout(0.02):
+            await sleeper(10)
+    except TimeoutError:
+        pass
+
+async def wait_for_timed_out():
+    try:
+        await asyncio.wait_for(sleeper(10), 0.02)
+    except TimeoutError:
+        pass
+
+async def group_failed():
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(sleeper(10))
+            group.create_task(failer())
+    except* ValueError:
+        pass
+
+async def gather_failed():
+    try:
+        await asyncio.gather(failer(), sleeper(0.03))
+    except ValueError:
+        await asyncio.sleep(0.05)  # the other sleeper goes on (gather does not cancel it)
+
+async def abandoned_generator():
+    async for _ in ticks():
+        break  # left suspended: the loop's asyncgen hooks close it at shutdown
+
+async def main():
+    await cancelled_task()
+    await timed_out()
+    await wait_for_timed_out()
+    await group_failed()
+    await gather_failed()
+    await abandoned_generator()
+
+asyncio.run(main())
+"""
+
+
+def test_every_way_a_coroutine_ends_closes_its_node_once(stack, tmp_path: Path):
+    """Cancellation, timeouts, TaskGroup and gather failures and an async generator closed
+    by the loop: each node ends once, when it did, with the outcome it had."""
+    request = profile_script(stack[0], tmp_path, "endings", ENDINGS_SCRIPT)
+    assert request["truncated"] is False
+    every = [n for lane in request["lanes"] for n in nodes(lane["root"])]
+    by_name: dict[str, list[dict]] = {}
+    for node in every:
+        module, _, name = node["function"].partition(":")
+        if module == "__main__":  # not the lanes' own root nodes
+            by_name.setdefault(name, []).append(node)
+    outcomes = {name: sorted(n["outcome"] for n in found) for name, found in by_name.items()}
+    assert outcomes["sleeper"] == ["cancelled"] * 4 + ["return"]
+    assert outcomes["failer"] == ["exception", "exception"]
+    assert outcomes["ticks"] == ["cancelled"]
+    (main,) = by_name["main"]
+    callers = ["cancelled_task", "timed_out", "wait_for_timed_out", "group_failed"]
+    callers += ["gather_failed", "abandoned_generator"]
+    assert [child["function"] for child in main["children"]] == [f"__main__:{c}" for c in callers]
+    for name in callers[:4]:
+        (caller,) = by_name[name]
+        assert caller["outcome"] == "return"
+        assert 8 * MS <= caller["end_ns"] - caller["start_ns"] < 2_000 * MS, name  # 10-20 ms
+    for node in every:
+        assert node["start_ns"] <= node["end_ns"] <= request["duration_ms"] * MS + 1
+    long_sleeps = [n for n in by_name["sleeper"] if n["outcome"] == "cancelled"]
+    assert all(n["end_ns"] - n["start_ns"] < 2_000 * MS for n in long_sleeps)  # not 10 s
+
+
+INTERLEAVED_SCRIPT = """
+import asyncio
+import profiler_host
+
+def leaf(n):
+    return n
+
+async def work(n):
+    for i in range(n % 7 + 1):
+        leaf(n)
+        await asyncio.sleep(0.001 * (i % 3))
+    return n
+
+async def handle(n):
+    if n % 2:  # unsampled: runs the same code between the sampled ones
+        return await work(n)
+    with profiler_host.profile_request(f"r{n}", force=True):
+        return await work(n)
+
+async def main():
+    done = await asyncio.gather(*(handle(n) for n in range(200)))
+    assert done == list(range(200))
+
+asyncio.run(main())
+"""
+
+
+def test_concurrent_sampled_requests_hold_exactly_their_own_calls(stack, tmp_path: Path):
+    """100 sampled requests at once on one loop, unsampled ones running the same code in
+    between: each stored tree holds its own calls and nobody else's."""
+    server = stack[0]
+    run_script(server, tmp_path, "interleaved", INTERLEAVED_SCRIPT, "--include", "__main__")
+    stored = eventually(
+        lambda: (
+            (found := stored_requests(server.http, service="interleaved", limit="1000"))
+            and len(found) >= 100
+            and found
+        ),
+        timeout=30,
+    )
+    assert sorted(int(r["route"][1:]) for r in stored) == list(range(0, 200, 2))
+    for summary in stored:
+        n = int(summary["route"][1:])
+        request = tree(server, summary["id"])
+        names = [node["function"] for lane in request["lanes"] for node in nodes(lane["root"])]
+        assert names[1:] == ["__main__:work"] + ["__main__:leaf"] * (n % 7 + 1), n
+        assert summary["truncated"] is False

@@ -51,6 +51,7 @@ CASES = [
     "case_extended_arg_jumps",  # generated source, see torture_cases.long_jumps_source
 ]
 ENTER, EXIT, EXIT_EXCEPTION = hooks.ENTER, hooks.EXIT, hooks.EXIT_EXCEPTION
+EXITS = (EXIT, EXIT_EXCEPTION, hooks.EXIT_CANCELLED)
 SUSPEND, RESUME = hooks.SUSPEND, hooks.RESUME
 PURE_PYTHON = os.environ.get("PROFILER_PURE_PYTHON", "") not in ("", "0")
 # the hook implementations to test: the Python hooks run on C lanes as well
@@ -182,8 +183,8 @@ def check_events(req: recording.Request, functions: dict[int, types.CodeType]) -
         kinds = [kind for _, _, kind in events]
         where = f"call {cid} of {code.co_qualname}: {kinds}"
         assert kinds[0] == ENTER and kinds.count(ENTER) == 1, where
-        assert kinds[-1] in (EXIT, EXIT_EXCEPTION), where
-        assert sum(kind in (EXIT, EXIT_EXCEPTION) for kind in kinds) == 1, where
+        assert kinds[-1] in EXITS, where
+        assert sum(kind in EXITS for kind in kinds) == 1, where
         middle = kinds[1:-1]
         assert middle == [(SUSPEND, RESUME)[n % 2] for n in range(len(middle))], where
         if not code.co_flags & rewriter.RESUMABLE:

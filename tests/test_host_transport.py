@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from profiler_core.model import EventKind, LaneKind
+from profiler_host.batching import Batcher
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
 from profiler_host.transport import Transport, TransportSettings
@@ -89,3 +90,12 @@ def test_lanes_spawned_from_many_threads_at_once_get_distinct_ids():
         thread.join()
     ids = [lane.id for lane in request.lanes]
     assert len(ids) == len(set(ids)) == 1 + 8 * 200
+
+
+def test_a_running_request_with_nothing_new_makes_no_batch():
+    """A sampled request asleep (or a whole-process job waiting) must not cost the server a
+    batch, a transaction and a dedup row every flush interval."""
+    batcher = Batcher(FunctionRegistry())
+    request = Request(1, "/sleep", "GET", event_cap=10_000)
+    assert batcher.build([request], [], None).build(0).ByteSize() > 0  # its start record
+    assert batcher.build([request], [], None).build(0).ByteSize() == 0

@@ -35,6 +35,23 @@ def test_streamed_requests_are_stored_and_readable(server) -> None:
     stream.close()
 
 
+def test_the_route_at_the_end_replaces_the_start_one(server) -> None:
+    """A request streamed before its framework matched the route: the start carries the
+    raw path, the end the template, and the template is stored."""
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    first = BatchBuilder()
+    first.start(1, "/orders/25", "GET", 1_000)
+    stream.send_batch(first.build(1))
+    then = BatchBuilder()
+    then.end(1, 2_000, 200, route="/orders/<int:order_id>")
+    stream.send_batch(then.build(2))
+    assert stream.wait_acked({1, 2})
+    stream.close()
+    (stored,) = server.get("/api/requests", service="shop").json()["requests"]
+    assert stored["route"] == "/orders/<int:order_id>"
+
+
 def test_grpc_health_service_reports_serving(server) -> None:
     with grpc.insecure_channel(server.target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)

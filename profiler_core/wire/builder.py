@@ -58,9 +58,16 @@ class BatchBuilder:
     ) -> None:
         self._events.add_run(request_id, lane_id, kinds, functions, calls, times)
 
-    def end(self, request_id: int, end_ns: int, status: int = 0, truncated: bool = False) -> None:
+    def end(
+        self,
+        request_id: int,
+        end_ns: int,
+        status: int = 0,
+        truncated: bool = False,
+        route: str = "",
+    ) -> None:
         self._batch.request_ends.add(
-            request_id=request_id, end_ns=end_ns, status=status, truncated=truncated
+            request_id=request_id, end_ns=end_ns, status=status, truncated=truncated, route=route
         )
 
     def drops(self, requests: dict[str, int], events: dict[str, int]) -> None:
@@ -69,5 +76,6 @@ class BatchBuilder:
 
     def build(self, seq: int) -> ingest_pb2.Batch:
         self._batch.seq = seq
-        self._events.write(self._batch.events)
+        if len(self._events):  # an empty `events` would make an empty batch non-empty
+            self._events.write(self._batch.events)
         return self._batch

@@ -29,6 +29,7 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUSPEND: _ClassVar[EventKind]
     RESUME: _ClassVar[EventKind]
     READY: _ClassVar[EventKind]
+    EXIT_CANCELLED: _ClassVar[EventKind]
 FUNCTION: FunctionKind
 GENERATOR: FunctionKind
 COROUTINE: FunctionKind
@@ -43,6 +44,7 @@ EXIT_EXCEPTION: EventKind
 SUSPEND: EventKind
 RESUME: EventKind
 READY: EventKind
+EXIT_CANCELLED: EventKind
 
 class HostMessage(_message.Message):
     __slots__ = ("hello", "batch")
@@ -101,16 +103,18 @@ class RequestStart(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., route: _Optional[str] = ..., method: _Optional[str] = ..., start_ns: _Optional[int] = ...) -> None: ...
 
 class RequestEnd(_message.Message):
-    __slots__ = ("request_id", "end_ns", "status", "truncated")
+    __slots__ = ("request_id", "end_ns", "status", "truncated", "route")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     END_NS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     end_ns: int
     status: int
     truncated: bool
-    def __init__(self, request_id: _Optional[int] = ..., end_ns: _Optional[int] = ..., status: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    route: str
+    def __init__(self, request_id: _Optional[int] = ..., end_ns: _Optional[int] = ..., status: _Optional[int] = ..., truncated: _Optional[bool] = ..., route: _Optional[str] = ...) -> None: ...
 
 class Lane(_message.Message):
     __slots__ = ("request_id", "lane_id", "kind", "name", "parent_lane", "parent_call", "start_ns")

@@ -1,12 +1,12 @@
-"""HTTP: JSON API, /metrics, /healthz (Starlette; sync endpoints run in its thread pool)."""
+"""HTTP: JSON API, /metrics, /healthz, web UI (Starlette; sync endpoints run in its thread pool)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy import Engine
 from starlette.applications import Starlette
@@ -15,8 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from profiler_server import exports
 from profiler_server.api import views
 from profiler_server.storage import queries
+from profiler_server.ui import routes as ui_routes
 
 MAX_LIMIT = 1000
 
@@ -27,10 +29,7 @@ class FastJSONResponse(JSONResponse):
     say a sum over a very long range) falls back to the stdlib encoder."""
 
     def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content)
-        except orjson.JSONEncodeError:
-            return super().render(content)
+        return exports.json_bytes(content)
 
 
 def _time_ns(value: str | None, name: str) -> int | None:
@@ -69,15 +68,39 @@ def _choice(value: str | None, name: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def _status(value: str | None) -> tuple[int, int] | None:
+    """`404` (exactly) or a class like `5xx`, as a [low, high) range."""
+    if value is None or value == "":
+        return None
+    if len(value) == 3 and value[0] in "12345" and value[1:].lower() == "xx":
+        low = int(value[0]) * 100
+        return low, low + 100
+    if value.isdigit():
+        return int(value), int(value) + 1
+    raise HTTPException(400, f"status: expected a code like 404 or a class like 5xx, got {value!r}")
+
+
+_UNSAFE_IN_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _attachment(filename: str) -> dict[str, str]:
+    """A download with a name any browser and shell take as is."""
+    safe = _UNSAFE_IN_FILENAME.sub("_", filename)
+    return {"Content-Disposition": f'attachment; filename="{safe}"'}
+
+
 def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], bool]) -> Starlette:
     def list_requests(request: Request) -> FastJSONResponse:
         q = request.query_params
         min_ms = _number(q.get("min_duration_ms"), "min_duration_ms")
+        max_ms = _number(q.get("max_duration_ms"), "max_duration_ms")
         limit = int(_number(q.get("limit"), "limit", 100) or 100)
         f = queries.RequestFilter(
             service=q.get("service") or None,
             route=q.get("route") or None,
             min_duration_ns=None if min_ms is None else int(min_ms * 1e6),
+            max_duration_ns=None if max_ms is None else int(max_ms * 1e6),
+            status=_status(q.get("status")),
             since_ns=_time_ns(q.get("since"), "since"),
             until_ns=_time_ns(q.get("until"), "until"),
             function=q.get("function") or None,
@@ -95,6 +118,10 @@ def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], b
         body = views.summary(row)
         body["events"] = row["events"]
         body["lanes"] = views.lanes(tree)
+        body["functions"] = [
+            {"function": r.pop("name"), **r}
+            for r in queries.function_sources(engine, list(tree.functions))
+        ]
         return FastJSONResponse(body)
 
     def _range(request: Request) -> dict:
@@ -106,14 +133,34 @@ def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], b
             "until_ns": _time_ns(q.get("until"), "until"),
         }
 
+    def export_request(request: Request) -> Response:
+        choice = _choice(request.query_params.get("format"), "format", exports.REQUEST_FORMATS)
+        fmt = exports.FORMATS[choice]
+        found = queries.get_request(engine, request.path_params["request_id"])
+        if found is None:
+            raise HTTPException(404, "no such request")
+        row, tree = found
+        body = fmt.request(exports.RequestProfile(views.summary(row), views.lanes(tree)))
+        filename = f"request-{row['id']}.{fmt.extension}"
+        return Response(body, media_type=fmt.media_type, headers=_attachment(filename))
+
+    def _sources(names: list[str]) -> dict[str, tuple[str, int]]:
+        return {r["name"]: (r["file"], r["line"]) for r in queries.function_sources(engine, names)}
+
     def flamegraph(request: Request) -> Response:
-        fmt = _choice(request.query_params.get("format"), "format", ("folded", "json"))
-        stacks = queries.stack_totals(engine, **_range(request))
-        if fmt == "folded":
-            return PlainTextResponse(views.folded(stacks))
-        return FastJSONResponse(
-            {"stacks": [{"stack": s, "self_ns": n, "calls": c} for s, n, c in stacks]}
+        choice = _choice(request.query_params.get("format"), "format", exports.AGGREGATE_FORMATS)
+        fmt = exports.FORMATS[choice]
+        where = _range(request)
+        aggregate = exports.Aggregate(
+            queries.stack_totals(engine, **where),
+            title=" ".join(filter(None, (where["service"], where["route"]))) or "all requests",
+            since_ns=where["since_ns"],
+            until_ns=where["until_ns"],
+            sources=_sources,
         )
+        binary = fmt.media_type == "application/octet-stream"
+        headers = _attachment(f"flamegraph.{fmt.extension}") if binary else None
+        return Response(fmt.aggregate(aggregate), media_type=fmt.media_type, headers=headers)
 
     def functions(request: Request) -> FastJSONResponse:
         rows = queries.function_totals(engine, **_range(request))
@@ -135,10 +182,12 @@ def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], b
         routes=[
             Route("/api/requests", list_requests),
             Route("/api/requests/{request_id}", get_request),
+            Route("/api/requests/{request_id}/export", export_request),
             Route("/api/flamegraph", flamegraph),
             Route("/api/functions", functions),
             Route("/metrics", metrics),
             Route("/healthz", healthz),
+            *ui_routes(),
         ],
         exception_handlers={HTTPException: http_error},
     )

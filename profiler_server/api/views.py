@@ -1,4 +1,4 @@
-"""Stored records -> the API's JSON shapes (DESIGN.md §2) and folded stacks."""
+"""Stored records -> the API's JSON shapes (DESIGN.md §2)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,16 @@ def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
         node["suspensions"] = suspensions
     for i, outcome in zip(tree.outcome_node, tree.outcome, strict=True):
         nodes[i]["outcome"] = _OUTCOMES.get(outcome, "truncated")
+    for i, start, ready, length in zip(
+        tree.wait_node, tree.wait_start_ns, tree.wait_ready_ns, tree.wait_ns, strict=True
+    ):
+        nodes[i].setdefault("waits", []).append(
+            {
+                "start_ns": start,
+                "ready_ns": None if ready < 0 else start + ready,
+                "end_ns": start + length,
+            }
+        )
     for node, p in zip(nodes, tree.parent, strict=True):
         if p >= 0:
             nodes[p]["children"].append(node)
@@ -97,8 +107,3 @@ def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
         }
         for lane in tree.lanes
     ]
-
-
-def folded(stacks: list[tuple[str, int, int]]) -> str:
-    """flamegraph.pl input: `frame;frame;frame <self_ns>` per line (zero-self stacks skipped)."""
-    return "".join(f"{sig} {self_ns}\n" for sig, self_ns, _ in stacks if self_ns > 0)

@@ -16,13 +16,14 @@ from operator import itemgetter
 
 import numpy as np
 
-from profiler_core.model import MAIN_LANE, EventKind, LaneKind, Outcome
+from profiler_core.model import EXIT_OUTCOMES, MAIN_LANE, EventKind, LaneKind, Outcome
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.calltree import (
     ACTIVE,
     AWAIT,
     LANE_ROOT,
     MAX_SLICE,
+    MAX_WAITS,
     READY,
     READY_AT,
     SLICE_START,
@@ -37,7 +38,7 @@ from profiler_server.assembly.pending import LaneInfo, PendingRequest
 # Plain ints: the hot loop compares bytes.
 ENTER = int(EventKind.ENTER)
 EXIT = int(EventKind.EXIT)
-EXIT_EXCEPTION = int(EventKind.EXIT_EXCEPTION)
+EXITS = {int(kind): outcome for kind, outcome in EXIT_OUTCOMES.items()}
 SUSPEND = int(EventKind.SUSPEND)
 RESUME = int(EventKind.RESUME)
 READY_EVENT = int(EventKind.READY)
@@ -121,7 +122,13 @@ class _Repairs:
         if extra[SLICE_START] >= 0:
             _end_slice(extra, t)
         elif extra[SUSPENDED_AT] >= 0:  # closed at its yield: close(), throw(), cancellation
-            _end_wait(extra, t)
+            self.end_wait(node, extra, t)
+
+    def end_wait(self, node: int, extra: list[int], t: int) -> None:
+        waits = self.tree.waits
+        if len(waits) < MAX_WAITS:
+            waits.append((node, extra[SUSPENDED_AT], extra[READY_AT], t))
+        _end_wait(extra, t)
 
     def unwind(self, stack: list[int], node: int, t: int) -> bool:
         """Pops `node`, closing (truncated) whatever was left open above it."""
@@ -149,7 +156,7 @@ class _Repairs:
         extra = tree.extras.get(node)
         if extra is None or extra[SLICE_START] >= 0:
             self.unwind_anywhere(lane, node, t)
-        self.close(node, t, Outcome.RETURN if kind == EXIT else Outcome.EXCEPTION)
+        self.close(node, t, EXITS[kind])
 
     def suspension(self, lane: _Lane, node: int, kind: int, t: int) -> None:
         tree = self.tree
@@ -172,7 +179,7 @@ class _Repairs:
             if extra is None or extra[SUSPENDED_AT] < 0:
                 self.problems[P.RESUME_WITHOUT_SUSPEND] += 1
                 return
-            _end_wait(extra, t)
+            self.end_wait(node, extra, t)
             extra[SLICE_START] = t
             lane.stack.append(node)
         elif extra is not None and extra[SUSPENDED_AT] >= 0 and extra[READY_AT] < 0:
@@ -320,7 +327,7 @@ def assemble(
             en[node] = t
             if fn[node] != function:
                 problems[P.EXIT_MISMATCH] += 1
-        elif kind <= EXIT_EXCEPTION:
+        elif kind in EXITS:
             repairs.exit(lane, node, kind, function, t)
         else:
             repairs.suspension(lane, node, kind, t)

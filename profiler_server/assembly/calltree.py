@@ -11,6 +11,7 @@ LANE_ROOT = -1  # function of a lane's synthetic root node
 
 # Layout of CallTree.extras values (calls that suspended: generators, coroutines).
 ACTIVE, AWAIT, READY, MAX_SLICE, SUSPENSIONS, SLICE_START, SUSPENDED_AT, READY_AT = range(8)
+MAX_WAITS = 10_000  # suspensions kept with their times per request (all are in the totals)
 
 
 @dataclass
@@ -34,6 +35,8 @@ class CallTree:
     # Sparse columns: only calls that suspended, or did not simply return.
     extras: dict[int, list[int]] = field(default_factory=dict)
     outcomes: dict[int, Outcome] = field(default_factory=dict)
+    # (node, suspended, ready or -1, resumed) per suspension, up to MAX_WAITS
+    waits: list[tuple[int, int, int, int]] = field(default_factory=list)
     lanes: list[LaneTree] = field(default_factory=list)
 
     def __len__(self) -> int:

@@ -5,7 +5,7 @@ lane's root first); parents are node indices in the whole forest (-1: a lane's r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
@@ -19,6 +19,10 @@ EXTRA_COLUMNS = (C.ACTIVE, C.AWAIT, C.READY, C.MAX_SLICE, C.SUSPENSIONS)
 
 def _int64(values: object) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
+
+
+def _no_waits() -> np.ndarray:
+    return np.zeros((3, 0), dtype=np.int64)
 
 
 @dataclass
@@ -35,6 +39,9 @@ class Forest:
     extras: np.ndarray  # shape (len(EXTRA_COLUMNS), len(extra_node))
     outcome_node: np.ndarray  # calls that did not simply return, ascending
     outcome: np.ndarray  # uint8 Outcome per outcome_node
+    # each suspension kept with its times (CallTree.waits): node ascending, then time
+    wait_node: np.ndarray = field(default_factory=lambda: _int64([]))
+    waits: np.ndarray = field(default_factory=_no_waits)  # rows: suspended, ready (-1), resumed
 
     @classmethod
     def of_trees(cls, assembled: Sequence[AssembledRequest]) -> Forest:
@@ -54,6 +61,11 @@ class Forest:
             for t, b in zip(trees, bases, strict=True)
             for n, o in sorted(t.outcomes.items())
         ]
+        waits = [
+            (n + b, *times)
+            for t, b in zip(trees, bases, strict=True)
+            for n, *times in sorted(t.waits)
+        ]
         return cls(
             requests=list(assembled),
             lanes=[t.lanes for t in trees],
@@ -69,6 +81,8 @@ class Forest:
             ),
             outcome_node=_int64([n for n, _ in outcomes]),
             outcome=np.array([o for _, o in outcomes], dtype=np.uint8),
+            wait_node=_int64([w[0] for w in waits]),
+            waits=_int64([w[1:] for w in waits]).T.reshape(3, len(waits)),
         )
 
     @classmethod
@@ -98,6 +112,10 @@ class Forest:
                 [f.outcome_node + b for f, b in zip(forests, bases, strict=True)]
             ),
             outcome=np.concatenate([f.outcome for f in forests]),
+            wait_node=np.concatenate(
+                [f.wait_node + b for f, b in zip(forests, bases, strict=True)]
+            ),
+            waits=np.concatenate([f.waits for f in forests], axis=1),
         )
 
     def __len__(self) -> int:

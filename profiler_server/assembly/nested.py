@@ -16,14 +16,17 @@ from operator import itemgetter
 
 import numpy as np
 
-from profiler_core.model import MAIN_LANE, EventKind, LaneKind, Outcome
+from profiler_core.model import EXIT_OUTCOMES, MAIN_LANE, EventKind, LaneKind
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.calltree import LANE_ROOT, LaneTree, RequestMeta
 from profiler_server.assembly.forest import EXTRA_COLUMNS, Forest
 from profiler_server.assembly.pending import PendingRequest
 
 ENTER = int(EventKind.ENTER)
-EXITS = (int(EventKind.EXIT), int(EventKind.EXIT_EXCEPTION))
+EXIT = int(EventKind.EXIT)
+EXITS = [int(kind) for kind in EXIT_OUTCOMES]
+_OUTCOME_OF_KIND = np.zeros(max(EXITS) + 1, dtype=np.uint8)
+_OUTCOME_OF_KIND[EXITS] = list(EXIT_OUTCOMES.values())
 _SORT_KEY_LIMIT = 2**62  # (request, depth, event) combined into one int64 while it fits
 
 
@@ -158,8 +161,9 @@ def _forest(session_id: str, ev: _Events, problems: Counter) -> Forest | None:
     if mismatched:
         problems[P.EXIT_MISMATCH] += mismatched
 
-    raised = ev.kinds[closed] != EXITS[0]
-    outcome_node = np.sort(nodes[raised])
+    raised = ev.kinds[closed] != EXIT
+    order = np.argsort(nodes[raised])
+    outcome_node = nodes[raised][order]
     return Forest(
         requests=[_meta(session_id, p) for p in ev.pendings],
         lanes=[[LaneTree(MAIN_LANE, LaneKind.MAIN, p.main_name, 0)] for p in ev.pendings],
@@ -172,7 +176,7 @@ def _forest(session_id: str, ev: _Events, problems: Counter) -> Forest | None:
         extra_node=np.zeros(0, dtype=np.int64),
         extras=np.zeros((len(EXTRA_COLUMNS), 0), dtype=np.int64),
         outcome_node=outcome_node,
-        outcome=np.full(len(outcome_node), Outcome.EXCEPTION, dtype=np.uint8),
+        outcome=_OUTCOME_OF_KIND[ev.kinds[closed][raised][order]],
     )
 
 

@@ -156,6 +156,8 @@ class Session:
             if pending is not None:
                 pending.end_ns = end.end_ns
                 pending.status = end.status or None
+                if end.route:
+                    pending.route = end.route[:MAX_ROUTE]
                 pending.host_truncated = pending.host_truncated or end.truncated
                 pending.end_seq = seq
         applied.drops_requests = dict(batch.drops.requests)

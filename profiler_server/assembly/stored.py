@@ -47,7 +47,9 @@ def _local_functions(forest: Forest, name: Callable[[int], str]) -> tuple[np.nda
     return local, names
 
 
-def _head(forest: Forest, r: int, names: list[str], extras: slice, outcomes: slice) -> bytes:
+def _head(
+    forest: Forest, r: int, names: list[str], extras: slice, outcomes: slice, waits: slice
+) -> bytes:
     """Request r's fields but the per-node columns: names, lanes, sparse columns."""
     first = int(forest.offsets[r])
     head = tree_pb2.StoredTree(functions=names)
@@ -71,6 +73,12 @@ def _head(forest: Forest, r: int, names: list[str], extras: slice, outcomes: sli
     if outcomes.stop > outcomes.start:
         head.outcome_node.extend((forest.outcome_node[outcomes] - first).tolist())
         head.outcome = forest.outcome[outcomes].tobytes()
+    if waits.stop > waits.start:
+        suspended, ready, resumed = forest.waits[:, waits]
+        head.wait_node.extend((forest.wait_node[waits] - first).tolist())
+        head.wait_start_ns.extend((suspended - forest.requests[r].start).tolist())
+        head.wait_ready_ns.extend(np.where(ready >= 0, ready - suspended, -1).tolist())
+        head.wait_ns.extend((resumed - suspended).tolist())
     return head.SerializeToString()
 
 
@@ -96,11 +104,13 @@ def stored_trees(forest: Forest, name: Callable[[int], str]) -> list[bytes]:
         encoded.append((number, data, np.concatenate([[0], ends])[offsets].tolist()))
     extras_at = np.searchsorted(forest.extra_node, offsets).tolist()
     outcomes_at = np.searchsorted(forest.outcome_node, offsets).tolist()
+    waits_at = np.searchsorted(forest.wait_node, offsets).tolist()
     trees = []
     for r in range(len(forest.requests)):
         extras = slice(extras_at[r], extras_at[r + 1])
         outcomes = slice(outcomes_at[r], outcomes_at[r + 1])
-        parts = [_head(forest, r, names[r], extras, outcomes)]
+        waits = slice(waits_at[r], waits_at[r + 1])
+        parts = [_head(forest, r, names[r], extras, outcomes, waits)]
         for number, data, at in encoded:
             parts.append(packed.field(number, data[at[r] : at[r + 1]].tobytes()))
         trees.append(b"".join(parts))

@@ -165,11 +165,21 @@ class IngestService:
                 yield message
         finally:
             drain.cancel()
-            if nxt is not None and not nxt.done():
-                nxt.cancel()  # else it fails later (stream aborted) with nobody to see it
+            if nxt is not None:
+                # A read still running is cancelled (else it fails later, stream aborted,
+                # with nobody to see it); it, or one that ended while this reader was being
+                # cancelled, has its outcome retrieved, or asyncio logs "Task exception was
+                # never retrieved" (gRPC ends a cancelled read with StopAsyncIteration).
+                nxt.cancel()
+                nxt.add_done_callback(_retrieve)
 
     async def _submit(self, item: Inbound) -> None:
         # A full queue means storage is behind: wait, which stops reading this stream and
         # lets gRPC flow control slow the host down (its batches wait in its own buffer).
         while not self.pipeline.submit(item):
             await asyncio.sleep(0.002)
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()

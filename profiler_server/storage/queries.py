@@ -18,6 +18,8 @@ class RequestFilter:
     service: str | None = None
     route: str | None = None
     min_duration_ns: int | None = None
+    max_duration_ns: int | None = None
+    status: tuple[int, int] | None = None  # [low, high)
     since_ns: int | None = None
     until_ns: int | None = None
     function: str | None = None
@@ -39,6 +41,11 @@ def list_requests(engine: Engine, f: RequestFilter) -> list[dict]:
         conditions.append(r.c.route == f.route)
     if f.min_duration_ns is not None:
         conditions.append(r.c.duration_ns >= f.min_duration_ns)
+    if f.max_duration_ns is not None:
+        conditions.append(r.c.duration_ns <= f.max_duration_ns)
+    if f.status is not None:
+        conditions.append(r.c.status >= f.status[0])
+        conditions.append(r.c.status < f.status[1])
     if f.since_ns is not None:
         conditions.append(r.c.start_ns >= f.since_ns)
     if f.until_ns is not None:
@@ -58,6 +65,22 @@ def get_request(engine: Engine, request_id: str) -> tuple[dict, tree_pb2.StoredT
         return None
     tree = tree_pb2.StoredTree.FromString(row["tree"])
     return {k: v for k, v in row.items() if k != "tree"}, tree
+
+
+SOURCES_PER_QUERY = 10_000  # bound parameters per statement: SQLite allows 32,766
+
+
+def function_sources(engine: Engine, names: list[str]) -> list[dict]:
+    """file and first line of the named functions (the ones the store knows)."""
+    fn = schema.functions
+    ids = [stable_id(n) for n in names]
+    found = []
+    with engine.connect() as conn:
+        for first in range(0, len(ids), SOURCES_PER_QUERY):
+            chunk = ids[first : first + SOURCES_PER_QUERY]
+            query = select(fn.c.name, fn.c.file, fn.c.line).where(fn.c.id.in_(chunk))
+            found += [dict(row) for row in conn.execute(query).mappings()]
+    return found
 
 
 def _buckets(engine: Engine, table: Table) -> FromClause:

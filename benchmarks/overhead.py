@@ -1,0 +1,113 @@
+"""What the shared parts of the overhead benchmarks (`host_app`, `host_script`) agree on: the
+setups compared, interleaved rounds, ratios to the unprofiled run of the same round, and
+the report (table on stdout, JSON in benchmarks/results/).
+
+This VM's speed jumps by up to ~1.8x for fractions of a second (other tenants), on each core
+independently, so one window's CPU time can be 15% off the next one's for identical work.
+Rounds visit the setups in a shuffled order and every figure is the median (and range) over
+rounds of a ratio to the unprofiled window of the same round. A second unprofiled setup
+(`none (A/A)`) goes through exactly the same treatment: its spread is the noise floor.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from benchmarks import results
+
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Setup:
+    key: str  # as `--setups` names it
+    name: str
+    host: tuple[str, ...] | None = None  # `profiler-host run` flags; None: not under the host
+    peer: str | None = None  # benchmarks.peers.IN_PROCESS name, or "py-spy"
+
+
+# (CPU seconds per unit of work, units per second); a unit is a request or a script run
+Measure = Callable[[Setup], tuple[float, float]]
+
+
+def choose(setups: list[Setup], keys: str) -> list[Setup]:
+    """The setups `keys` names (comma-separated; empty: all); none is always measured."""
+    wanted = {key.strip() for key in keys.split(",") if key.strip()}
+    unknown = wanted - {s.key for s in setups}
+    if unknown:
+        raise SystemExit(f"unknown setup(s) {sorted(unknown)}; known: {[s.key for s in setups]}")
+    return [s for s in setups if not wanted or s.key in wanted or s.name == NONE]
+
+
+def interleave(setups: list[Setup], rounds: int, measure: Measure, seed: int = 1) -> dict:
+    """setup name -> {"cpu": [...], "rate": [...]}, one value per round."""
+    rng = random.Random(seed)
+    samples: dict[str, dict[str, list]] = {s.name: {"cpu": [], "rate": []} for s in setups}
+    for number in range(rounds):
+        order = list(setups)
+        rng.shuffle(order)
+        for setup in order:
+            cpu, rate = measure(setup)
+            samples[setup.name]["cpu"].append(cpu)
+            samples[setup.name]["rate"].append(rate)
+        print(f"  round {number + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}")
+    return samples
+
+
+def summary(values: list[float], digits: int) -> dict:
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+        "n": len(values),
+    }
+
+
+def ratios(samples: dict) -> dict:
+    """Per setup: CPU ratio (none's CPU per unit / this setup's, so 1.0 = free and 0.97 = 3%
+    more CPU) and rate ratio (this setup's rate / none's), each per round."""
+    base = samples[NONE]
+    out = {}
+    for name, one in samples.items():
+        out[name] = {
+            "cpu": summary(one["cpu"], 6),
+            "cpu_ratio": summary([b / c for b, c in zip(base["cpu"], one["cpu"], strict=True)], 4),
+            "rate": summary(one["rate"], 3),
+            "rate_ratio": summary(
+                [r / b for b, r in zip(base["rate"], one["rate"], strict=True)], 4
+            ),
+        }
+    return out
+
+
+def _cell(figure: dict | None) -> str:
+    if figure is None:  # a modelled row has no rate
+        return "-"
+    return f"{figure['median']:.3f} [{figure['min']:.3f}-{figure['max']:.3f}]"
+
+
+def report(
+    name: str, unit: str, second: str, figures: dict, unavailable: dict[str, str], data: dict
+) -> dict:
+    """Prints the table (`second`: what the rate ratio means) and saves the JSON."""
+    rows = [
+        (
+            setup,
+            f"{row['cpu']['median'] * 1000:.3f}",
+            _cell(row["cpu_ratio"]),
+            _cell(row.get("rate_ratio")),
+        )
+        for setup, row in figures.items()
+    ]
+    rows += [(setup, "-", f"unavailable: {why}", "-") for setup, why in unavailable.items()]
+    headers = ("setup", f"CPU ms/{unit}", "CPU ratio median [range]", f"{second} [range]")
+    print(results.table(headers, rows))
+    payload = {**data, "setups": figures, "unavailable": unavailable}
+    path = results.save(name, payload)
+    print(f"load average at start {data['load_average_at_start']}, at end {os.getloadavg()}")
+    print(f"results: {path}")
+    return payload

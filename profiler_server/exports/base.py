@@ -1,0 +1,65 @@
+"""What every exporter shares: its inputs and the one record that describes a format.
+
+Like pyinstrument's renderers, an output format is one small module with one job: turn a
+stored request (its summary and lanes, views.summary / views.lanes) or an aggregate (the
+stacks of queries.stack_totals) into the bytes another tool reads. A module declares a
+`FORMAT`; the HTTP API looks formats up by name and never knows more than this record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+Stacks = Sequence[tuple[str, int, int]]  # (signature "mod:qual;mod:qual", self ns, calls)
+Sources = Callable[[Sequence[str]], Mapping[str, tuple[str, int]]]  # names -> (file, line)
+
+
+@dataclass(frozen=True)
+class RequestProfile:
+    """One stored request as the API shows it: `summary` and `lanes` (DESIGN.md §2)."""
+
+    summary: dict
+    lanes: list[dict]
+
+
+def _no_sources(_: Sequence[str]) -> Mapping[str, tuple[str, int]]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Stacks summed over a range; `sources` looks up where functions are defined (only the
+    formats that name files ask, so the others cost no query)."""
+
+    stacks: Stacks
+    title: str = "all requests"
+    since_ns: int | None = None
+    until_ns: int | None = None
+    sources: Sources = field(default=_no_sources)
+
+
+@dataclass(frozen=True)
+class Format:
+    """An output format: how to serve it and what it can render (a request, an aggregate
+    or both)."""
+
+    name: str
+    media_type: str
+    extension: str
+    request: Callable[[RequestProfile], bytes] | None = None
+    aggregate: Callable[[Aggregate], bytes] | None = None
+
+
+def json_bytes(content: Any) -> bytes:
+    """Compact UTF-8 JSON by orjson (10x the stdlib on big trees); what orjson refuses (an
+    integer beyond 64 bits, say a sum over a very long range) falls back to the stdlib."""
+    try:
+        return orjson.dumps(content)
+    except orjson.JSONEncodeError:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode()

@@ -1,0 +1,113 @@
+// Shared by every view: the JSON API, formatting, small DOM helpers, colours, the tooltip,
+// and `window.__profilerUI` (what the canvases drew and how long drawing took, for tests).
+
+export const ui = (window.__profilerUI = { view: null, drawn: {}, renders: {}, draws: {} });
+
+export async function getJSON(path, params = {}) {
+  const query = new URLSearchParams(
+    Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== ""),
+  ).toString();
+  const response = await fetch(query ? `${path}?${query}` : path);
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+export function formatNs(ns) {
+  if (ns >= 1e9) return `${(ns / 1e9).toFixed(2)} s`;
+  if (ns >= 1e6) return `${(ns / 1e6).toFixed(ns >= 1e8 ? 0 : 1)} ms`;
+  if (ns >= 1e3) return `${(ns / 1e3).toFixed(0)} µs`;
+  return `${Math.round(ns)} ns`;
+}
+
+export const formatMs = (ms) => formatNs(ms * 1e6);
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) {
+      node.setAttribute(key, value);
+    }
+  }
+  node.append(...children.flat().filter((c) => c !== null && c !== undefined));
+  return node;
+}
+
+export function setStatus(text) {
+  document.getElementById("status").textContent = text;
+}
+
+// Hue from the module (so one module's functions look alike), lightness from the name.
+const colours = new Map();
+export function colourFor(name) {
+  let found = colours.get(name);
+  if (found) return found;
+  const module = name.split(":")[0];
+  const hue = 10 + (hash(module) % 45);
+  const light = 58 + (hash(name) % 14);
+  found = `hsl(${hue} 85% ${light}%)`;
+  colours.set(name, found);
+  return found;
+}
+
+function hash(text) {
+  let h = 2166136261;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 16777619);
+  return h >>> 0;
+}
+
+export function showTooltip(event, lines) {
+  const tip = document.getElementById("tooltip");
+  tip.replaceChildren(...lines.map(([k, v]) => el("div", {}, el("b", {}, k), " ", v)));
+  tip.hidden = false;
+  const x = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 4);
+  const y = Math.min(event.clientY + 14, window.innerHeight - tip.offsetHeight - 4);
+  tip.style.left = `${x}px`;
+  tip.style.top = `${y}px`;
+}
+
+export function hideTooltip() {
+  document.getElementById("tooltip").hidden = true;
+}
+
+// <input type="datetime-local"> value (local time) <-> ISO-8601 UTC for the API.
+export const toIso = (local) => (local ? new Date(local).toISOString() : "");
+export function toLocal(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
+}
+
+// A sortable table: columns = [[title, key, format?]], rows = objects.
+export function table(columns, rows, { sortKey, onRow, rowAttrs } = {}) {
+  let key = sortKey;
+  let descending = true;
+  const body = el("tbody");
+  const fill = () => {
+    const sorted = [...rows].sort((a, b) => {
+      const order = a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0;
+      return descending ? -order : order;
+    });
+    body.replaceChildren(
+      ...sorted.map((row) =>
+        el(
+          "tr",
+          { ...rowAttrs?.(row), onclick: onRow && (() => onRow(row)) },
+          columns.map(([, k, format]) => el("td", {}, format ? format(row[k], row) : `${row[k]}`)),
+        ),
+      ),
+    );
+  };
+  const head = columns.map(([title, k]) =>
+    el("th", {
+      onclick: () => {
+        descending = key === k ? !descending : true;
+        key = k;
+        fill();
+      },
+    }, title),
+  );
+  fill();
+  return el("table", { class: "grid" }, el("thead", {}, el("tr", {}, head)), body);
+}
