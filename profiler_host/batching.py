@@ -52,10 +52,9 @@ class Batcher:
             builder.start(request.id, request.route, request.method, request.start_ns)
         for lane in list(request.lanes):
             self._announce_lane(builder, request, lane)
-            events = lane.drain()
-            if events:
-                kinds, functions, calls, times = zip(*events, strict=True)
-                builder.run(request.id, lane.id, bytes(kinds), functions, calls, times)
+            kinds, functions, calls, times = lane.drain_columns()
+            if kinds:
+                builder.run(request.id, lane.id, kinds, functions, calls, times)
 
     def _announce_lane(self, builder: BatchBuilder, request: Request, lane: Lane) -> None:
         key = (request.id, lane.id)

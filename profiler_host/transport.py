@@ -276,7 +276,7 @@ class Transport:
 
 
 def _discard_events(request: Request) -> int:
-    return sum(len(lane.drain()) for lane in request.lanes)
+    return sum(len(lane.drain_columns()[0]) for lane in request.lanes)
 
 
 def _drain(outbox: queue.SimpleQueue[bytes | None]) -> Iterator[bytes]:

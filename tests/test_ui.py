@@ -5,6 +5,8 @@ test-artifacts/ui/."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +103,9 @@ def test_slowest_request_timeline_zoom_and_flame_graph_search(server, page: Page
     tooltip = page.inner_text("#tooltip")
     assert SLEEPER in tooltip and "delays.py:" in tooltip
     assert all(word in tooltip for word in ("wall", "self", "active", "await", "ready"))
+    speedscope = json.loads(download(page, "a.export:text('speedscope')"))
+    assert speedscope["$schema"].startswith("https://www.speedscope.app/")
+    assert SLEEPER in {frame["name"] for frame in speedscope["shared"]["frames"]}
 
     full = page.evaluate("window.__profilerUI.timelineView")
     page.click("#zoom-in")
@@ -126,11 +131,19 @@ def test_slowest_request_timeline_zoom_and_flame_graph_search(server, page: Page
     matched = [b for b in drawn(page, "flame") if b["match"]]
     assert matched and all("delays" in b["label"] for b in matched)
     assert "%" in page.inner_text("#search-info")
+    assert gzip.decompress(download(page, "a.export:text('pprof')"))  # a gzipped profile
     page.screenshot(path=ARTIFACTS / "flame-search.png")
     [block] = boxes(page, "flame", "profiling_target.asgi:block")
     page.mouse.click(canvas["x"] + block["x"] + 5, page_y(page, block))
     [zoomed_block] = boxes(page, "flame", "profiling_target.asgi:block")
     assert zoomed_block["w"] > block["w"] and zoomed_block["x"] == 0
+
+
+def download(page: Page, link: str) -> bytes:
+    """What clicking an export link downloads."""
+    with page.expect_download() as started:
+        page.click(link)
+    return Path(started.value.path()).read_bytes()
 
 
 def page_y(page: Page, box: dict) -> float:

@@ -3,11 +3,15 @@
 
 export const ui = (window.__profilerUI = { view: null, drawn: {}, renders: {}, draws: {} });
 
-export async function getJSON(path, params = {}) {
+export function apiURL(path, params = {}) {
   const query = new URLSearchParams(
     Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== ""),
   ).toString();
-  const response = await fetch(query ? `${path}?${query}` : path);
+  return query ? `${path}?${query}` : path;
+}
+
+export async function getJSON(path, params = {}) {
+  const response = await fetch(apiURL(path, params));
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
@@ -32,6 +36,14 @@ export function el(tag, attrs = {}, ...children) {
   }
   node.append(...children.flat().filter((c) => c !== null && c !== undefined));
   return node;
+}
+
+// Download links to what is shown, in other tools' formats (the API's export paths).
+export function exportLinks(path, params, formats) {
+  const links = formats.map(([format, label]) =>
+    el("a", { class: "export", download: "", href: apiURL(path, { ...params, format }) }, label),
+  );
+  return el("span", { class: "exports" }, "Export: ", ...links.flatMap((a) => [a, " "]));
 }
 
 export function setStatus(text) {

@@ -1,5 +1,5 @@
 // Aggregates over a service/route/time range: the flame graph and the top functions.
-import { colourFor, el, formatNs, getJSON, table, ui } from "./common.js";
+import { colourFor, el, exportLinks, formatNs, getJSON, table, ui } from "./common.js";
 import { filterForm } from "./form.js";
 import { Icicle, buildTree, icicleToolbar } from "./icicle.js";
 
@@ -38,7 +38,16 @@ export async function flameView(root, params) {
   });
   root.replaceChildren(
     filterForm("flame", FIELDS, params),
-    el("p", { class: "hint" }, `${graph.stacks.length} stacks, ${formatNs(tree.total[0])}`),
+    el(
+      "p",
+      { class: "hint" },
+      `${graph.stacks.length} stacks, ${formatNs(tree.total[0])} · `,
+      exportLinks("/api/flamegraph", range, [
+        ["folded", "folded stacks"],
+        ["speedscope", "speedscope"],
+        ["pprof", "pprof"],
+      ]),
+    ),
     icicleToolbar(icicle),
     chartBox,
     el("h3", {}, "Top functions"),

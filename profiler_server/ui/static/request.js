@@ -1,6 +1,6 @@
 // One request: its summary, the flame chart of its lanes, and a table of its functions.
 import { AWAIT_COLOUR, FlameChart, READY_COLOUR } from "./timeline.js";
-import { el, formatMs, formatNs, getJSON, table, ui } from "./common.js";
+import { el, exportLinks, formatMs, formatNs, getJSON, table, ui } from "./common.js";
 
 // Per function over the request: calls, wall (outermost calls only, so recursion counts
 // once), self, active, await, ready.
@@ -118,6 +118,11 @@ export async function requestView(root, id) {
       el("button", { id: "zoom-in", onclick: () => zoom(0.5) }, "Zoom in"),
       el("button", { id: "zoom-out", onclick: () => zoom(2) }, "Zoom out"),
       el("button", { id: "zoom-reset", onclick: () => chart.zoomTo(0, chart.end) }, "Reset"),
+      exportLinks(`/api/requests/${encodeURIComponent(body.id)}/export`, {}, [
+        ["speedscope", "speedscope"],
+        ["chrome", "Chrome trace (Perfetto)"],
+        ["folded", "folded stacks"],
+      ]),
       legend(),
     ),
     el("div", { class: "split" }, chartBox, tableBox),
