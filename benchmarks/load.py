@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
 
@@ -35,8 +34,7 @@ class Feed:
 
 def serialize(builder: BatchBuilder, seq: int) -> tuple[bytes, int]:
     events = builder.event_count
-    message = ingest_pb2.HostMessage(batch=builder.build(seq))
-    return message.SerializeToString(), events
+    return builder.message(seq).SerializeToString(), events
 
 
 def build_feed(shape: CallShape, requests_per_batch: int, batches: int) -> Feed:

@@ -1042,6 +1042,63 @@ hp_resume_delegated(PyObject *module, PyObject *token)
     Py_RETURN_NONE;
 }
 
+/* columns(buffer, start, stop) -> (kinds: bytes, functions, calls, times): the wire's
+ * columns of the events in buffer[start:stop] (recording._columns, at C speed: this runs on
+ * the transport thread for every event sampled). */
+static PyObject *
+hp_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *buffer, *kinds = NULL, *functions = NULL, *calls = NULL, *times = NULL;
+    PyObject *result = NULL;
+    Py_ssize_t start, stop, n, i;
+    char *kind;
+    if (check_nargs("columns", nargs, 3) < 0)
+        return NULL;
+    buffer = args[0];
+    if (!PyList_Check(buffer)) {
+        PyErr_SetString(PyExc_TypeError, "columns() needs a list");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[1]);
+    stop = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred())
+        return NULL;
+    if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
+        (stop - start) % 3 != 0) {
+        PyErr_SetString(PyExc_ValueError, "columns(): not whole events of the buffer");
+        return NULL;
+    }
+    n = (stop - start) / 3;
+    kinds = PyBytes_FromStringAndSize(NULL, n);
+    functions = PyList_New(n);
+    calls = PyList_New(n);
+    times = PyList_New(n);
+    if (kinds == NULL || functions == NULL || calls == NULL || times == NULL)
+        goto fail;
+    kind = PyBytes_AS_STRING(kinds);
+    for (i = 0; i < n; i++) {
+        PyObject *const *event = &PyList_GET_ITEM(buffer, start + 3 * i);
+        PyObject *function;
+        long long packed = PyLong_AsLongLong(event[0]);
+        if (packed == -1 && PyErr_Occurred())
+            goto fail;
+        kind[i] = (char)(packed & ((1 << KIND_BITS) - 1));
+        function = PyLong_FromLongLong(packed >> KIND_BITS);
+        if (function == NULL)
+            goto fail;
+        PyList_SET_ITEM(functions, i, function);
+        PyList_SET_ITEM(calls, i, Py_NewRef(event[1]));
+        PyList_SET_ITEM(times, i, Py_NewRef(event[2]));
+    }
+    result = PyTuple_Pack(4, kinds, functions, calls, times);
+fail: /* a list's unset items are NULL: freeing it is safe */
+    Py_XDECREF(kinds);
+    Py_XDECREF(functions);
+    Py_XDECREF(calls);
+    Py_XDECREF(times);
+    return result;
+}
+
 /* configure(own_lane, failed, running): the Python parts the hooks call back into */
 static PyObject *
 hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1071,6 +1128,8 @@ static PyMethodDef methods[] = {
     {"resume", hp_resume, METH_O, "resume(token): after a plain yield"},
     {"resume_delegated", hp_resume_delegated, METH_O,
      "resume_delegated(token): after yield from / await"},
+    {"columns", (PyCFunction)(void (*)(void))hp_columns, METH_FASTCALL,
+     "columns(buffer, start, stop) -> (kinds, functions, calls, times)"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
      "configure(own_lane, failed, running)"},
     {NULL},

@@ -122,18 +122,26 @@ def kind_of(function_kind: int) -> int:
 Columns = tuple[bytes, list[int], list[int], list[int]]  # kinds, functions, calls, ns
 
 
-def _columns(buffer: list[int], start: int, stop: int) -> Columns:
+def _py_columns(buffer: list[int], start: int, stop: int) -> Columns:
     """The wire's columns of `buffer[start:stop]`: strided slices (no copy of the whole) and
-    two comprehensions, the transport thread's whole cost per event."""
+    two comprehensions, the transport thread's whole cost per event (`_hotpath.columns` is
+    its C twin)."""
     packed = buffer[start:stop:EVENT_INTS]
     kinds = bytes([fk & _KIND_MASK for fk in packed])
     functions = [fk >> KIND_BITS for fk in packed]
-    return (
-        kinds,
-        functions,
-        buffer[start + 1 : stop : EVENT_INTS],
-        buffer[start + 2 : stop : EVENT_INTS],
-    )
+    calls = buffer[start + 1 : stop : EVENT_INTS]
+    return kinds, functions, calls, buffer[start + 2 : stop : EVENT_INTS]
+
+
+def _pick_columns() -> Callable[[list[int], int, int], Columns]:
+    if IMPLEMENTATION == "c":
+        from profiler_host import _hotpath
+
+        return _hotpath.columns
+    return _py_columns
+
+
+_columns = _pick_columns()
 
 
 def _decode(buffer: list[int], start: int) -> list[tuple[int, int, int, int]]:

@@ -261,12 +261,11 @@ class Transport:
         with self._lock:
             drops = self._unreported if any(self._unreported) else None
             self._unreported = (Counter(), Counter())
-        batch = self.batcher.build(running, finished, drops).build(0)
-        if batch.ByteSize() == 0:
+        builder = self.batcher.build(running, finished, drops)
+        if builder.empty:
             return
         self._seq += 1
-        batch.seq = self._seq
-        payload = ingest_pb2.HostMessage(batch=batch).SerializeToString()
+        payload = builder.message(self._seq).SerializeToString()
         with self._lock:
             self._backlog[self._seq] = payload
             self.backlog_bytes += len(payload)

@@ -609,6 +609,23 @@ def test_lane_api() -> None:
     assert len({lane, child}) == 2  # hashable by identity (hooks._RUNNING's keys)
 
 
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
+def test_c_columns_match_the_python_ones() -> None:
+    from profiler_host import _hotpath
+
+    big = 2**40  # a monotonic ns is beyond 32 bits
+    buffer = [7 << recording.KIND_BITS | EXIT, 3, big, 1 << 26 | RESUME, 4, big + 1] * 50
+    for start, stop in ((0, len(buffer)), (3, 9), (6, 6)):
+        expected = recording._py_columns(buffer, start, stop)
+        assert _hotpath.columns(buffer, start, stop) == expected
+    assert expected == (b"", [], [], [])
+    for start, stop in ((0, 4), (-3, 3), (3, len(buffer) + 3), (6, 3)):
+        with pytest.raises(ValueError, match="whole events"):
+            _hotpath.columns(buffer, start, stop)
+    with pytest.raises(TypeError):
+        _hotpath.columns([None, 1, 2], 0, 3)
+
+
 def _allocated_after(repeat: Callable[[], Any], rounds: int) -> int:
     """Bytes allocated by lines of this file (the instrumented samples, where the C hooks
     run) still held after `rounds` more runs, once warmed up."""

@@ -7,9 +7,17 @@ from profiler_core.wire.columns import EventColumns
 
 
 class BatchBuilder:
+    """The batch is built inside its HostMessage: wrapping a finished Batch would copy it."""
+
     def __init__(self) -> None:
-        self._batch = ingest_pb2.Batch()
+        self._message = ingest_pb2.HostMessage()
+        self._batch = self._message.batch
         self._events = EventColumns()
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was added (a cheap check, unlike the message's ByteSize)."""
+        return not len(self._events) and not self._batch.ListFields()
 
     @property
     def event_count(self) -> int:
@@ -79,3 +87,8 @@ class BatchBuilder:
         if len(self._events):  # an empty `events` would make an empty batch non-empty
             self._events.write(self._batch.events)
         return self._batch
+
+    def message(self, seq: int) -> ingest_pb2.HostMessage:
+        """The batch as the host sends it."""
+        self.build(seq)
+        return self._message
