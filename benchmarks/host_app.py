@@ -135,11 +135,16 @@ class AppProcess:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.log.seek(0)
                 raise RuntimeError(f"app did not start:\n{self.log.read()[-3000:].decode()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
+            try:  # an answer, not just a connection: gunicorn binds before its worker forks
+                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+                    sock.sendall(
+                        b"GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+                    )
+                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                        break
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         self.worker = self.proc.pid if app == "starlette" else _only_child(self.proc.pid)
 
     def cpu_seconds(self) -> float:
@@ -245,7 +250,7 @@ def _modelled_default(samples: dict) -> dict:
         )
     ]
     ratio = [none / one for none, one in zip(samples[NONE]["cpu"], cpu, strict=True)]
-    return {"cpu": overhead.summary(cpu, 6), "cpu_ratio": overhead.summary(ratio, 4)}
+    return {"cpu": overhead.summary(cpu, 6), "cpu_ratio": overhead.ratio_summary(ratio)}
 
 
 def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dict:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from benchmarks import results
 
 NONE = "none"
+BOOTSTRAP = 2000  # resamples of the rounds for the median's interval
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,17 @@ def summary(values: list[float], digits: int) -> dict:
     }
 
 
+def ratio_summary(values: list[float]) -> dict:
+    """`summary` plus a bootstrap 90% interval of the median: how far the median itself
+    could move with other rounds (the range says how far one round can)."""
+    rng = random.Random(0)
+    medians = sorted(
+        statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP)
+    )
+    low, high = medians[BOOTSTRAP // 20], medians[BOOTSTRAP - 1 - BOOTSTRAP // 20]
+    return {**summary(values, 4), "median_ci90": [round(low, 4), round(high, 4)]}
+
+
 def ratios(samples: dict) -> dict:
     """Per setup: CPU ratio (none's CPU per unit / this setup's, so 1.0 = free and 0.97 = 3%
     more CPU) and rate ratio (this setup's rate / none's), each per round."""
@@ -75,10 +87,12 @@ def ratios(samples: dict) -> dict:
     for name, one in samples.items():
         out[name] = {
             "cpu": summary(one["cpu"], 6),
-            "cpu_ratio": summary([b / c for b, c in zip(base["cpu"], one["cpu"], strict=True)], 4),
+            "cpu_ratio": ratio_summary(
+                [b / c for b, c in zip(base["cpu"], one["cpu"], strict=True)]
+            ),
             "rate": summary(one["rate"], 3),
-            "rate_ratio": summary(
-                [r / b for b, r in zip(base["rate"], one["rate"], strict=True)], 4
+            "rate_ratio": ratio_summary(
+                [r / b for b, r in zip(base["rate"], one["rate"], strict=True)]
             ),
         }
     return out
@@ -87,7 +101,10 @@ def ratios(samples: dict) -> dict:
 def _cell(figure: dict | None) -> str:
     if figure is None:  # a modelled row has no rate
         return "-"
-    return f"{figure['median']:.3f} [{figure['min']:.3f}-{figure['max']:.3f}]"
+    low, high = figure["median_ci90"]
+    return (
+        f"{figure['median']:.3f} [{figure['min']:.3f}-{figure['max']:.3f}] ({low:.3f}-{high:.3f})"
+    )
 
 
 def report(
@@ -104,7 +121,12 @@ def report(
         for setup, row in figures.items()
     ]
     rows += [(setup, "-", f"unavailable: {why}", "-") for setup, why in unavailable.items()]
-    headers = ("setup", f"CPU ms/{unit}", "CPU ratio median [range]", f"{second} [range]")
+    headers = (
+        "setup",
+        f"CPU ms/{unit}",
+        "CPU ratio median [range] (median's 90% CI)",
+        f"{second} [range] (CI)",
+    )
     print(results.table(headers, rows))
     payload = {**data, "setups": figures, "unavailable": unavailable}
     path = results.save(name, payload)

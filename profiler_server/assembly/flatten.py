@@ -122,8 +122,9 @@ class StackInterner:
 
 
 def _depths(forest: Forest, up: np.ndarray) -> np.ndarray:
-    """Calls above each node (a spawned lane's root counts its spawner's), by pointer jumping."""
-    depth = (forest.function != LANE_ROOT).astype(np.int64)
+    """Nodes above each node along `up`, by pointer jumping: a node comes after all it
+    hangs from (a lane's root after its spawning call and its parent lane's root)."""
+    depth = np.ones(len(forest), dtype=np.int64)
     above = up.copy()
     pending = np.flatnonzero(above >= 0)
     while len(pending):
@@ -134,14 +135,19 @@ def _depths(forest: Forest, up: np.ndarray) -> np.ndarray:
 
 
 def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
-    """Every node's interned stack; a lane's root has its spawning call's (or the empty one)."""
+    """Every node's interned stack. A lane's root has its spawning call's; a lane spawned
+    where no call of its parent lane was open (a task that only handed work to a thread)
+    has its parent lane's root's; the main lane's root the empty one."""
     up = forest.parent.copy()  # a spawned lane's root hangs from its spawning call
     for base, lanes in zip(forest.offsets.tolist(), forest.lanes, strict=False):
+        roots = {lane.lane_id: lane.root for lane in lanes}
         for lane in lanes:
             if lane.parent_node is not None:
                 up[base + lane.root] = base + lane.parent_node
+            elif lane.parent_lane in roots and lane.parent_lane != lane.lane_id:
+                up[base + lane.root] = base + roots[lane.parent_lane]
     root = forest.function == LANE_ROOT
-    level = _depths(forest, up) * 2 + root  # at each depth, calls before lane roots
+    level = _depths(forest, up) * 2 + root  # each level only calls or only lane roots
     order = np.argsort(level, kind="stable")
     bounds = np.flatnonzero(np.diff(level[order])) + 1
     stack = np.zeros(len(forest), dtype=np.int64)
