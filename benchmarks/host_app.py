@@ -233,7 +233,11 @@ def _start(app: str, setup: Setup, server: str, env: dict, tmp: Path, shop: Path
     database = tmp / f"shop-{service(setup)}.sqlite3"
     shutil.copy(shop, database)
     started = AppProcess(app, setup, server, {**env, "PROFILING_TARGET_DB": str(database)}, tmp)
-    started.load(FIRST_LOAD)
+    try:
+        started.load(FIRST_LOAD)
+    except BaseException:
+        started.stop()
+        raise
     return started
 
 

@@ -1,8 +1,10 @@
 """Which requests are recorded: a target rate per process, so the chance falls as load rises.
 
 The arrival rate is smoothed over one-second windows; a request is sampled with
-probability `rate / arrivals`. The first request of each route shape in every
-`route_interval` is sampled regardless, so rare routes show up. Paths are shaped
+probability `rate / arrivals`, and never more than `rate` per second of a window: after
+a quiet spell the smoothed rate is low, and a burst would otherwise be sampled far above
+the target. The first request of each route shape in every `route_interval` is sampled
+regardless, so rare routes show up. Paths are shaped
 (numeric and id-like segments folded) so `/orders/17` and `/orders/18` are one route.
 """
 
@@ -36,6 +38,7 @@ class Sampler:
         now = clock()
         self._window_start = now
         self._window_count = 0
+        self._window_sampled = 0
         self._arrivals = rate  # smoothed requests per second
         self._routes: dict[str, float] = {}
 
@@ -52,13 +55,18 @@ class Sampler:
         elapsed = now - self._window_start
         if elapsed >= 1.0:
             self._arrivals = 0.5 * self._arrivals + 0.5 * (self._window_count / elapsed)
-            self._window_start, self._window_count = now, 0
+            self._window_start, self._window_count, self._window_sampled = now, 0, 0
         shape = route_shape(path)
         last = self._routes.get(shape)
         due = last is None or now - last >= self.route_interval
         if due and (last is not None or len(self._routes) < MAX_ROUTES):
             self._routes[shape] = now
             return True
+        if self._window_sampled >= self.rate * max(elapsed, 1.0):
+            return False
         # within the current window, arrivals beyond the smoothed rate lower the chance too
         current = self._window_count / max(elapsed, 1.0)
-        return self._chance() < min(1.0, self.rate / max(self._arrivals, current, 1e-9))
+        if self._chance() < min(1.0, self.rate / max(self._arrivals, current, 1e-9)):
+            self._window_sampled += 1
+            return True
+        return False

@@ -86,6 +86,16 @@ def test_sampling_probability_falls_as_load_rises():
     assert sampler.probability < 0.02
 
 
+def test_a_burst_after_a_quiet_spell_stays_within_the_rate():
+    clock = FakeClock()
+    sampler = Sampler(rate=10, route_interval=60, clock=clock, chance=lambda: 0.0)
+    run(sampler, clock, per_second=1, seconds=30, path="/a")  # quiet: the estimate falls
+    clock.now += 1.5
+    assert sampler.decide("/a")  # a new window starts
+    burst = sum(sampler.decide("/a") for _ in range(1000))  # within that second
+    assert burst == 9  # the window's 10 in all
+
+
 def test_first_request_of_each_route_is_sampled():
     clock = FakeClock()
     sampler = Sampler(rate=1, route_interval=60, clock=clock, chance=lambda: 0.999)
