@@ -2,10 +2,12 @@
 and marks when a task waiting in a sampled request becomes runnable.
 
 A context is captured where work is handed over (task creation, `Thread.start`, an
-executor's `submit`) and the work runs inside it with a new lane set: .NET's
-ExecutionContext Capture/Run. The lane starts at the hand-over, so time spent queued in a
-pool shows before the lane's first call. Outside sampled requests every patch costs one
-ContextVar read. `install()`/`uninstall()` are symmetric and idempotent.
+executor's `submit`, anyio's `to_thread.run_sync` behind Starlette's `run_in_threadpool`)
+and the work runs inside it with a new lane set: .NET's ExecutionContext Capture/Run. The
+lane starts at the hand-over, so time spent queued in a pool shows before the lane's first
+call. Outside sampled requests every patch costs one ContextVar read.
+`install()`/`uninstall()` are symmetric and idempotent; `install_late()` patches the
+modules of the list below that the app has imported since (anyio is not imported here).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +25,7 @@ from profiler_core.model import LaneKind
 from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
 from profiler_host.recording import CURRENT, Lane
 
-_originals: dict[tuple[type, str], Callable] = {}
+_originals: dict[tuple[object, str], Callable] = {}
 
 
 def _child_context(kind: LaneKind, name: str) -> contextvars.Context | None:
@@ -124,20 +127,49 @@ def _call_soon(original: Callable) -> Callable:
     return call_soon
 
 
-_PATCHES: list[tuple[type, str, Callable[[Callable], Callable]]] = [
+def _anyio_run_sync(original: Callable) -> Callable:
+    @functools.wraps(original)
+    async def run_sync(func: Callable, *args: Any, **kwargs: Any) -> Any:
+        context = _child_context(LaneKind.EXECUTOR, _name_of(func))
+        if context is not None:
+            func = _in_lane(context, func)
+        return await original(func, *args, **kwargs)
+
+    return run_sync
+
+
+Wrap = Callable[[Callable], Callable]
+_PATCHES: list[tuple[object, str, Wrap]] = [
     (asyncio.BaseEventLoop, "create_task", _create_task),
     (asyncio.BaseEventLoop, "call_soon", _call_soon),
     (threading.Thread, "start", _thread_start),
     (ThreadPoolExecutor, "submit", _submit),
 ]
+_MODULE_PATCHES: list[tuple[str, str, Wrap]] = [
+    ("anyio.to_thread", "run_sync", _anyio_run_sync),
+]
+
+
+def _patch(owner: object, name: str, wrap: Wrap) -> None:
+    if (owner, name) not in _originals:
+        original = getattr(owner, name)
+        _originals[(owner, name)] = original
+        setattr(owner, name, wrap(original))
 
 
 def install() -> None:
     for owner, name, wrap in _PATCHES:
-        if (owner, name) not in _originals:
-            original = getattr(owner, name)
-            _originals[(owner, name)] = original
-            setattr(owner, name, wrap(original))
+        _patch(owner, name, wrap)
+    install_late()
+
+
+def install_late() -> None:
+    """Patches what the app imported since `install()` (called as a request is sampled:
+    one dict lookup per module once patched)."""
+    for module_name, name, wrap in _MODULE_PATCHES:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            _patch(module, name, wrap)
 
 
 def uninstall() -> None:

@@ -112,6 +112,8 @@ class Profiler:
             self.transport.drop("buffer_full")
             return None
         request = Request(next(self._ids), route, method, self.settings.max_request_events)
+        if self.settings.propagate:
+            propagation.install_late()  # anyio is imported by now, if the app uses it
         hooks.ACTIVE.append(request)
         self.transport.start()  # a long request (whole process) streams while it runs
         return request

@@ -174,8 +174,8 @@ def check_order(request: dict, web: Web) -> tuple[int, int]:
     lane = lane_of(request, handler)
     if web is FLASK:
         assert lane["kind"] == "main" and lane["root"]["children"] == [handler]
-    else:  # a plain def endpoint: Starlette runs it in a worker thread, a lane of its own
-        assert lane["kind"] == "thread" and lane["root"]["children"] == [handler]
+    else:  # a plain def endpoint: Starlette hands it to anyio's thread pool, a lane of its own
+        assert lane["kind"] == "executor" and lane["root"]["children"] == [handler]
     assert names(handler) == [
         web.handler("current_shop"),
         fn("shop.service:Shop.order"),
@@ -270,7 +270,7 @@ def check_checkout(request: dict, web: Web) -> tuple[int, int]:
         assert names(handler) == [from_json, web.handler("current_shop"), receipt]
         service = only(request, SHOP_CHECKOUT)
         lane = lane_of(request, service)
-        assert lane["kind"] == "thread" and lane["parent_node"] == handler["id"]
+        assert lane["kind"] == "executor" and lane["parent_node"] == handler["id"]
         assert lane["root"]["children"] == [service]
     body = child(handler, from_json)
     items = names(body).count(READ_ITEM)
