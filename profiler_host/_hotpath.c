@@ -488,12 +488,58 @@ lane_running(LaneCore *lane, PyObject **list)
     return PyList_GET_SIZE(*list) > 0;
 }
 
-/* Takes `token` off its lane's running calls; those above it gave control away without a
- * hook and are recorded as suspended since `since` first (hooks._running_pop). */
+/* Pops the top of a lane's running calls (`list`), a frame that gave control away without
+ * a hook: unless its SUSPEND is recorded already, it is recorded at `since` (its own resume
+ * hook then records only the RESUME). */
 static int
-running_pop(LaneCore *lane, PyObject *token, PyObject *since)
+suspend_top(LaneCore *lane, PyObject *list, PyObject *since)
 {
-    PyObject *list;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *top = Py_NewRef(PyList_GET_ITEM(list, n - 1));
+    int rc = PyList_SetSlice(list, n - 1, n, NULL);
+    if (rc == 0 && (!PyList_CheckExact(top) || PyList_GET_SIZE(top) != TOKEN_SIZE)) {
+        PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
+        rc = -1;
+    }
+    else if (rc == 0 && PyList_GET_ITEM(top, TOKEN_SUSPENDED) != Py_True) {
+        rc = PyList_SetItem(top, TOKEN_SUSPENDED, Py_NewRef(Py_True));
+        if (rc == 0)
+            rc = record_kind(lane, lane->record, PyList_GET_ITEM(top, TOKEN_FK), SUSPEND,
+                             PyList_GET_ITEM(top, TOKEN_CALL), since);
+    }
+    Py_DECREF(top);
+    return rc;
+}
+
+/* A lane whose running calls ran out leaves _RUNNING (its entry is `list` still). */
+static int
+forget_if_done(LaneCore *lane, PyObject *list)
+{
+    PyObject *current;
+    if (PyList_GET_SIZE(list) > 0)
+        return 0;
+    current = PyDict_GetItemWithError(running, (PyObject *)lane);
+    if (current == list)
+        return PyDict_DelItem(running, (PyObject *)lane);
+    return current == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* When a frame that gave control away without a hook stopped: at the lane's last event
+ * (a buffer ends with an event's ns), else now. New reference. */
+static PyObject *
+since_of(LaneCore *lane, PyObject *now)
+{
+    Py_ssize_t n = PyList_GET_SIZE(lane->buffer);
+    return Py_NewRef(n ? PyList_GET_ITEM(lane->buffer, n - 1) : now);
+}
+
+/* Takes `token` off its lane's running calls; those above it gave control away without a
+ * hook and are recorded as suspended since the lane's last event first
+ * (hooks._running_pop). */
+static int
+running_pop(LaneCore *lane, PyObject *token, PyObject *now)
+{
+    PyObject *list, *since;
     int rc = lane_running(lane, &list);
     if (rc <= 0)
         return rc;
@@ -501,40 +547,18 @@ running_pop(LaneCore *lane, PyObject *token, PyObject *since)
         return 0;
     rc = 0;
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
-    while (rc == 0) {
+    since = since_of(lane, now);
+    while (rc == 0 && PyList_GET_SIZE(list) > 0) {
         Py_ssize_t n = PyList_GET_SIZE(list);
-        PyObject *above;
-        if (n == 0)
-            break;
-        above = Py_NewRef(PyList_GET_ITEM(list, n - 1));
-        if (PyList_SetSlice(list, n - 1, n, NULL) < 0) {
-            Py_DECREF(above);
-            rc = -1;
+        if (PyList_GET_ITEM(list, n - 1) == token) {
+            rc = PyList_SetSlice(list, n - 1, n, NULL);
             break;
         }
-        if (above == token) {
-            Py_DECREF(above);
-            break;
-        }
-        /* its own resume hook records only the RESUME */
-        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != TOKEN_SIZE) {
-            PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
-            rc = -1;
-        }
-        else if (PyList_SetItem(above, TOKEN_SUSPENDED, Py_NewRef(Py_True)) < 0 ||
-                 record_kind(lane, lane->record, PyList_GET_ITEM(above, TOKEN_FK), SUSPEND,
-                             PyList_GET_ITEM(above, TOKEN_CALL), since) < 0) {
-            rc = -1;
-        }
-        Py_DECREF(above);
+        rc = suspend_top(lane, list, since);
     }
-    if (rc == 0 && PyList_GET_SIZE(list) == 0) {
-        PyObject *current = PyDict_GetItemWithError(running, (PyObject *)lane);
-        if (current == list && PyDict_DelItem(running, (PyObject *)lane) < 0)
-            rc = -1;
-        else if (current == NULL && PyErr_Occurred())
-            rc = -1;
-    }
+    if (rc == 0)
+        rc = forget_if_done(lane, list);
+    Py_DECREF(since);
     Py_DECREF(list);
     return rc;
 }
@@ -575,14 +599,6 @@ resume_thrown(LaneCore *lane, PyObject *now)
     return rc;
 }
 
-/* When a frame that gave control away without a hook stopped: at the lane's last event
- * (a buffer ends with an event's ns), else now. New reference. */
-static PyObject *
-since_of(LaneCore *lane, PyObject *now)
-{
-    Py_ssize_t n = PyList_GET_SIZE(lane->buffer);
-    return Py_NewRef(n ? PyList_GET_ITEM(lane->buffer, n - 1) : now);
-}
 
 /* The lane of a resumable token, or NULL with TypeError set. Borrowed. */
 static LaneCore *
@@ -758,39 +774,23 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
     since = since_of(lane, now);
     while (rc == 0 && PyList_GET_SIZE(list) > 0) {
-        Py_ssize_t n = PyList_GET_SIZE(list);
-        PyObject *above = PyList_GET_ITEM(list, n - 1);
+        PyObject *above = PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1);
         long long stamp;
-        int suspended;
         if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != TOKEN_SIZE) {
             PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
             rc = -1;
             break;
         }
         stamp = PyLong_AsLongLong(PyList_GET_ITEM(above, TOKEN_STAMP));
-        if (stamp == -1 && PyErr_Occurred()) {
+        if (stamp == -1 && PyErr_Occurred())
             rc = -1;
+        else if (stamp <= cid)
             break;
-        }
-        if (stamp <= cid)
-            break;
-        Py_INCREF(above);
-        suspended = PyObject_IsTrue(PyList_GET_ITEM(above, TOKEN_SUSPENDED));
-        if (suspended < 0 || PyList_SetSlice(list, n - 1, n, NULL) < 0)
-            rc = -1;
-        else if (!suspended &&
-                 (PyList_SetItem(above, TOKEN_SUSPENDED, Py_NewRef(Py_True)) < 0 ||
-                  record_kind(lane, lane->record, PyList_GET_ITEM(above, TOKEN_FK), SUSPEND,
-                              PyList_GET_ITEM(above, TOKEN_CALL), since) < 0))
-            rc = -1;
-        Py_DECREF(above);
+        else
+            rc = suspend_top(lane, list, since);
     }
-    if (rc == 0 && PyList_GET_SIZE(list) == 0 &&
-        PyDict_GetItemWithError(running, (PyObject *)lane) == list &&
-        PyDict_DelItem(running, (PyObject *)lane) < 0)
-        rc = -1;
-    if (rc == 0 && PyErr_Occurred())
-        rc = -1;
+    if (rc == 0)
+        rc = forget_if_done(lane, list);
     Py_DECREF(since);
     Py_DECREF(list);
     return rc;
@@ -950,16 +950,13 @@ static PyObject *
 exit_resumable(PyObject *token, int kind)
 {
     Resumable r;
-    PyObject *since;
     int rc;
     if (unpack(token, &r) < 0)
         return failed(Py_None);
     hold(&r, 1);
     rc = resume_thrown(r.lane, r.ns);
-    since = since_of(r.lane, r.ns);
     if (rc == 0)
-        rc = running_pop(r.lane, token, since);
-    Py_DECREF(since);
+        rc = running_pop(r.lane, token, r.ns);
     if (rc == 0)
         rc = record_kind(r.lane, r.lane->record, r.fk, kind, r.call, r.ns);
     hold(&r, 0);
@@ -982,11 +979,8 @@ hp_suspend(PyObject *module, PyObject *token)
         /* a throw() caught inside the generator resumed it without a hook */
         rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
     }
-    else if (rc == 0) {
-        PyObject *since = since_of(r.lane, r.ns);
-        rc = running_pop(r.lane, token, since);
-        Py_DECREF(since);
-    }
+    else if (rc == 0)
+        rc = running_pop(r.lane, token, r.ns);
     if (rc == 0)
         rc = record_kind(r.lane, r.lane->record, r.fk, SUSPEND, r.call, r.ns);
     if (rc == 0)
@@ -1027,7 +1021,7 @@ hp_resume_delegated(PyObject *module, PyObject *token)
     hold(&r, 1);
     if (!r.suspended) {
         PyObject *since = since_of(r.lane, r.ns);
-        rc = running_pop(r.lane, token, since);
+        rc = running_pop(r.lane, token, r.ns);
         if (rc == 0)
             rc = record_kind(r.lane, r.lane->record, r.fk, SUSPEND, r.call, since);
         Py_DECREF(since);

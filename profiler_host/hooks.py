@@ -127,17 +127,26 @@ def _running_push(token: list) -> None:
         running.append(token)
 
 
-def _running_pop(token: list, since: int) -> None:
+def _suspend_top(lane: recording.Lane, running: list[list], since: int) -> None:
+    """Pops the top of a lane's running calls, a frame that gave control away without a
+    hook: unless its SUSPEND is recorded already, it is recorded at `since` (its own resume
+    hook then records only the RESUME)."""
+    top = running.pop()
+    if not top[3]:
+        top[3] = True
+        lane.record((top[1] | SUSPEND, top[2], since))
+
+
+def _running_pop(token: list, now: int) -> None:
     """Takes `token` off its lane's running calls; those above it (awaits that gave
-    control away without a hook) are suspended since `since` and recorded so first."""
+    control away without a hook) are suspended since the lane's last event first."""
     lane = token[0]
     running = _RUNNING.get(lane)
     if running is None or token not in running:
         return
+    since = _since(lane, now)
     while running[-1] is not token:
-        above = running.pop()
-        above[3] = True  # its own resume hook records only the RESUME
-        lane.record((above[1] | SUSPEND, above[2], since))
+        _suspend_top(lane, running, since)
     running.pop()
     if not running:
         _RUNNING.pop(lane, None)
@@ -169,10 +178,7 @@ def _suspend_let_run(lane: recording.Lane, cid: int, now: int) -> None:
         return
     since = _since(lane, now)
     while running and running[-1][4] > cid:
-        above = running.pop()
-        if not above[3]:
-            above[3] = True
-            lane.record((above[1] | SUSPEND, above[2], since))
+        _suspend_top(lane, running, since)
     if not running:
         _RUNNING.pop(lane, None)
 
@@ -192,7 +198,7 @@ def _exit_resumable(token: list, kind: int) -> None:
     now = monotonic_ns()
     lane = token[0]
     _resume_thrown(lane, now)
-    _running_pop(token, _since(lane, now))
+    _running_pop(token, now)
     lane.record((token[1] | kind, token[2], now))
 
 
@@ -231,7 +237,7 @@ def suspend(token: list) -> None:
         if token[3]:  # a throw() caught inside the generator resumed it without a hook
             lane.record((fk | RESUME, cid, now))
         else:
-            _running_pop(token, _since(lane, now))
+            _running_pop(token, now)
         lane.record((fk | SUSPEND, cid, now))
         token[3] = True
     except Exception:
@@ -265,7 +271,7 @@ def resume_delegated(token: list) -> None:
         now = monotonic_ns()
         if not suspended:
             since = _since(lane, now)
-            _running_pop(token, since)
+            _running_pop(token, now)
             lane.record((fk | SUSPEND, cid, since))
         lane.record((fk | RESUME, cid, now))
         token[3] = False
