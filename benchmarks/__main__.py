@@ -1,5 +1,5 @@
 """`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, memory,
-queries, host-calls, host-app, host-startup, ui-render or all.
+queries, host-calls, host-app, host-instructions, host-startup, ui-render or all.
 
 This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
 threads inherit it) and starts the server pinned to core 0."""
@@ -12,6 +12,7 @@ import os
 from benchmarks import (
     host_app,
     host_calls,
+    host_instructions,
     host_script,
     host_startup,
     ingest,
@@ -77,6 +78,19 @@ def _parser() -> argparse.ArgumentParser:
         f"apps {','.join(s.key for s in host_app.SETUPS)}; "
         f"script {','.join(s.key for s in host_script.SETUPS)}",
     )
+    p = sub.add_parser(
+        "host-instructions",
+        help="instructions per request under callgrind: host vs none vs cProfile and yappi",
+    )
+    p.add_argument("--app", choices=(*host_app.APPS, "all"), default="flask")
+    p.add_argument("--warmup", type=int, default=40, help="requests before counting")
+    p.add_argument("--requests", type=int, default=200, help="requests counted")
+    p.add_argument(
+        "--setups",
+        default="",
+        help="only these, comma-separated (none is always measured): "
+        f"{','.join(s.key for s in host_instructions.SETUPS)}",
+    )
     p = sub.add_parser("host-startup", help="import time of a big package: plain, cold, warm")
     p.add_argument("--functions", type=int, default=3000, help="functions in the package")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every setup")
@@ -98,6 +112,7 @@ ALL = (
     ["memory", "--db", "sqlite"],
     ["host-calls"],
     ["host-app", "--app", "all"],
+    ["host-instructions", "--app", "all"],
     ["host-startup"],
     ["ui-render"],
 )
@@ -128,6 +143,9 @@ def _run(args: argparse.Namespace) -> None:
                 host_script.run(args.rounds, args.carts, args.setups)
             else:
                 host_app.run(app, args.rounds, args.seconds, args.warmup, args.setups)
+    elif args.benchmark == "host-instructions":
+        for app in host_app.APPS if args.app == "all" else [args.app]:
+            host_instructions.run(app, args.warmup, args.requests, args.setups)
     elif args.benchmark == "host-startup":
         host_startup.run(args.functions, args.rounds)
     elif args.benchmark == "ui-render":

@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -44,21 +46,35 @@ SETUPS = [
     Setup("cprofile", "cProfile", peer="cprofile"),
     Setup("yappi", "yappi", peer="yappi"),
     Setup("pyinstrument", "pyinstrument", peer="pyinstrument"),
-    Setup("pyspy", "py-spy --nonblocking", peer="py-spy"),
+    Setup("pyspy", "py-spy --nonblocking (+ its own CPU)", peer="py-spy"),
 ]
 MIX = Path(__file__).resolve().parent / "shop_mix.lua"
 SETTLE = 0.5  # s after a window: the host ships what it recorded (flush interval 0.2 s)
 FIRST_LOAD = 3  # s of load after start: imports, templates, the sampler's rate estimate
-START_TIMEOUT = 60.0
-STOP_TIMEOUT = 20.0
 WRK_LINE = re.compile(r"(\d+) requests in ([\d.]+)(us|ms|s|m)\b")
 WRK_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 
 
-def _serve(app: str, port: int) -> list[str]:
+@dataclass(frozen=True)
+class Launch:
+    """How an app server is started: pinned to `core`, `wrapper` before its interpreter (a
+    tool that runs it, e.g. valgrind); a slow wrapper needs longer timeouts."""
+
+    core: int = SERVER_CORE
+    wrapper: tuple[str, ...] = ()
+    start_timeout: float = 60.0
+    stop_timeout: float = 20.0  # then SIGKILL
+    worker_timeout: int = 30  # gunicorn's default (and its graceful timeout's)
+
+
+PLAIN = Launch()
+
+
+def _serve(app: str, port: int, timeout: int) -> list[str]:
     if app == "flask":
         return [
             "-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "--no-control-socket",
+            "--timeout", str(timeout), "--graceful-timeout", str(timeout),
             "profiling_target.wsgi:app",
         ]  # fmt: skip
     return [
@@ -72,20 +88,23 @@ def service(setup: Setup) -> str:
     return "bench-" + re.sub(r"[^a-z0-9]+", "-", setup.name.lower()).strip("-")
 
 
-def _command(app: str, port: int, setup: Setup, server: str) -> tuple[list[str], dict]:
-    serve = _serve(app, port)
+def _command(
+    app: str, port: int, setup: Setup, server: str, launch: Launch
+) -> tuple[list[str], dict]:
+    python = [*launch.wrapper, sys.executable]
+    serve = _serve(app, port, launch.worker_timeout)
     if setup.host is not None:
         return [
             sys.executable, "-m", "profiler_host", "run", "--server", server,
             "--service", service(setup), "--include", "profiling_target.*", *setup.host,
-            "--", sys.executable, *serve,
+            "--", *python, *serve,
         ], {}  # fmt: skip
     if setup.peer in peers.IN_PROCESS:
         env = {peers.ENV: setup.peer}
         if app == "flask":
-            return [sys.executable, *serve, "-c", "python:benchmarks.peers"], env
-        return [sys.executable, "-m", "benchmarks.peers", *serve], env
-    return [sys.executable, *serve], {}
+            return [*python, *serve, "-c", "python:benchmarks.peers"], env
+        return [*python, "-m", "benchmarks.peers", *serve], env
+    return [*python, *serve], {}
 
 
 def wrk(port: int, seconds: int) -> tuple[int, float]:
@@ -103,34 +122,37 @@ def wrk(port: int, seconds: int) -> tuple[int, float]:
 
 
 class AppProcess:
-    """One app server (one worker) on core 0, in one setup."""
+    """One app server (one worker) in one setup, pinned to its launch's core."""
 
-    def __init__(self, app: str, setup: Setup, server: str, env: dict, tmp: Path) -> None:
+    def __init__(
+        self, app: str, setup: Setup, server: str, env: dict, tmp: Path, launch: Launch = PLAIN
+    ) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        command, extra_env = _command(app, self.port, setup, server)
+        command, extra_env = _command(app, self.port, setup, server, launch)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
-            ["taskset", "-c", str(SERVER_CORE), *command],
+            ["taskset", "-c", str(launch.core), *command],
             cwd=ROOT,
             env={**env, **extra_env},
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        self.stop_timeout = launch.stop_timeout
         self.worker = 0
         self.requests = 0  # answered, warm-ups included
         self.pyspy: subprocess.Popen | None = None
         try:
-            self._wait_ready(app)
+            self._wait_ready(app, launch.start_timeout)
             if setup.peer == "py-spy":
                 self.pyspy = peers.attach_pyspy(self.worker, CLIENT_CORE, tmp / f"{self.port}.txt")
         except BaseException:
             self.stop()
             raise
 
-    def _wait_ready(self, app: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+    def _wait_ready(self, app: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.log.seek(0)
@@ -148,7 +170,12 @@ class AppProcess:
         self.worker = self.proc.pid if app == "starlette" else _only_child(self.proc.pid)
 
     def cpu_seconds(self) -> float:
-        return stat_cpu(f"/proc/{self.worker}/stat")[1]
+        """The worker's CPU, plus py-spy's when it samples the worker from outside: the CPU
+        the machine spends on serving and profiling."""
+        worker = stat_cpu(f"/proc/{self.worker}/stat")[1]
+        if self.pyspy is None:
+            return worker
+        return worker + stat_cpu(f"/proc/{self.pyspy.pid}/stat")[1]
 
     def load(self, seconds: int) -> tuple[int, float]:
         count, took = wrk(self.port, seconds)
@@ -175,13 +202,14 @@ class AppProcess:
         return {name: round(ms, 4) for name, ms in sorted(out.items())}
 
     def stop(self) -> None:
-        """SIGTERM (gunicorn stops its worker, the host flushes), SIGKILL after 20 s."""
+        """SIGTERM (gunicorn stops its worker, the host flushes), SIGKILL if that takes
+        longer than the launch's stop timeout."""
         if self.pyspy is not None:
             peers.detach_pyspy(self.pyspy)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(STOP_TIMEOUT)
+                self.proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
@@ -203,7 +231,7 @@ def _only_child(pid: int) -> int:
     return children[0]
 
 
-def _host_counts(profiler: ServerProcess) -> dict[str, dict[str, float]]:
+def host_counts(profiler: ServerProcess) -> dict[str, dict[str, float]]:
     """service -> stored / dropped requests, from the profiling server's /metrics."""
     counts: dict[str, dict[str, float]] = {}
     body = httpx.get(f"{profiler.http}/metrics", timeout=30).text
@@ -218,7 +246,7 @@ def _host_counts(profiler: ServerProcess) -> dict[str, dict[str, float]]:
     return counts
 
 
-def _shop_database(tmp: Path, env: dict) -> Path:
+def shop_database(tmp: Path, env: dict) -> Path:
     """Builds the shop's database once; every setup gets a copy (checkouts write to it)."""
     path = tmp / "shop.sqlite3"
     subprocess.run(
@@ -229,12 +257,28 @@ def _shop_database(tmp: Path, env: dict) -> Path:
     return path
 
 
-def _start(app: str, setup: Setup, server: str, env: dict, tmp: Path, shop: Path) -> AppProcess:
+def start_app(
+    app: str,
+    setup: Setup,
+    server: str,
+    env: dict,
+    tmp: Path,
+    shop: Path,
+    launch: Launch = PLAIN,
+    warm: Callable[[AppProcess], object] | None = None,
+) -> AppProcess:
+    """The app in `setup` on its own copy of the shop database, warmed up (by default
+    `FIRST_LOAD` seconds of wrk: imports, templates, the sampler's rate estimate)."""
     database = tmp / f"shop-{service(setup)}.sqlite3"
     shutil.copy(shop, database)
-    started = AppProcess(app, setup, server, {**env, "PROFILING_TARGET_DB": str(database)}, tmp)
+    started = AppProcess(
+        app, setup, server, {**env, "PROFILING_TARGET_DB": str(database)}, tmp, launch
+    )
     try:
-        started.load(FIRST_LOAD)
+        if warm is None:
+            started.load(FIRST_LOAD)
+        else:
+            warm(started)
     except BaseException:
         started.stop()
         raise
@@ -265,14 +309,14 @@ def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dic
     with tempfile.TemporaryDirectory(prefix="profiler-bench-app-", dir=scratch) as name:
         tmp = Path(name)
         env = dict(os.environ)
-        shop = _shop_database(tmp, env)
+        shop = shop_database(tmp, env)
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             apps: dict[str, AppProcess] = {}
             unavailable: dict[str, str] = {}
             try:
                 for setup in overhead.choose(SETUPS, keys):
                     try:
-                        apps[setup.name] = _start(app, setup, profiler.target, env, tmp, shop)
+                        apps[setup.name] = start_app(app, setup, profiler.target, env, tmp, shop)
                     except RuntimeError as exc:
                         if setup.peer != "py-spy":
                             raise
@@ -287,7 +331,7 @@ def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dic
                 for one in apps.values():
                     one.stop()
             time.sleep(1.0)  # the last acks
-            counts = _host_counts(profiler)
+            counts = host_counts(profiler)
     figures = overhead.ratios(samples)
     for name, by_thread in threads.items():
         figures[name]["thread_cpu_ms_per_request"] = by_thread

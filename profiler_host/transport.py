@@ -63,6 +63,7 @@ class Transport:
         self._lock = threading.Lock()  # backlog and counters
         self._collecting = threading.Lock()  # held while requests are between queue and backlog
         self._thread: threading.Thread | None = None
+        self._idle = False  # the transport thread waits for a kick, with no timeout
         self._pid = os.getpid()
         self._new_session()
 
@@ -84,11 +85,19 @@ class Transport:
     def start(self) -> None:
         """Starts streaming (in this process): running requests are sent as they record."""
         self._ensure_thread()
+        self._kick()
 
     def submit(self, request: Request) -> None:
         """A request has ended; it is encoded and sent from the transport thread."""
         self._ensure_thread()
         self._finished.append(request)
+        self._kick()
+
+    def _kick(self) -> None:
+        """Wakes the transport thread if it sleeps until there is work: while there is, it
+        batches every flush interval and needs no wake per request."""
+        if self._idle:
+            self._wake.set()
 
     @property
     def pending(self) -> int:
@@ -106,6 +115,7 @@ class Transport:
             if events:
                 self.dropped_events[reason] += events
                 self._unreported[1][reason] += events
+        self._kick()  # the server hears of it
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -124,6 +134,7 @@ class Transport:
         """In a child: forget the parent's session, thread and channel (never reused)."""
         self._pid = os.getpid()
         self._thread = None
+        self._idle = False
         self._finished.clear()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -196,11 +207,22 @@ class Transport:
         acks.start()
         self.connected = True
         while not self._stopping.is_set() and acks.is_alive():
-            self._wake.wait(self.settings.flush_interval)
+            self._wake.wait(self._next_wait())
             self._wake.clear()
+            self._idle = False
             self._collect()
         responses.cancel()
         acks.join(timeout=1.0)
+
+    def _next_wait(self) -> float | None:
+        """The flush interval while requests run or wait to be sent; otherwise no timeout:
+        an idle app's transport costs nothing until a request, a drop, a flush, a stop or
+        the stream's end wakes it."""
+        self._idle = True  # before looking: work that arrives after the look kicks
+        if self._finished or self._running() or any(self._unreported):
+            self._idle = False
+            return self.settings.flush_interval
+        return None
 
     def _read_acks(self, responses: Iterator[ingest_pb2.ServerMessage]) -> None:
         try:
@@ -210,6 +232,8 @@ class Transport:
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 log.debug("request-profiler: server closed the stream: %s", exc.code())
+        finally:
+            self._wake.set()  # the sending loop reconnects at once
 
     def _acked(self, stored: list[int], rejected: list[int]) -> None:
         with self._lock:

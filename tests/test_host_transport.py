@@ -99,3 +99,38 @@ def test_a_running_request_with_nothing_new_makes_no_batch():
     request = Request(1, "/sleep", "GET", event_cap=10_000)
     assert batcher.build([request], [], None).build(0).ByteSize() > 0  # its start record
     assert batcher.build([request], [], None).build(0).ByteSize() == 0
+
+
+class _CountingTransport(Transport):
+    """Counts the transport thread's passes over the recorded requests."""
+
+    passes = 0
+
+    def _collect(self) -> None:
+        self.passes += 1
+        super()._collect()
+
+
+def test_an_idle_transport_sleeps_until_a_request_needs_it(tmp_path: Path):
+    """With nothing running or waiting, the transport thread wakes for nothing (an idle
+    service pays no periodic cost); a finished request still goes out at once."""
+    registry = FunctionRegistry()
+    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    transport = _CountingTransport(
+        TransportSettings(server.target, "idle", flush_interval=0.02), registry, list
+    )
+    try:
+        for number in (1, 2):
+            transport.submit(finished_request(number, fid))
+            stored = eventually(
+                lambda n=number: len(stored_requests(server.http, service="idle")) == n,
+                timeout=30,
+            )
+            assert stored, f"request {number} was not stored"
+            settled = transport.passes
+            time.sleep(1.0)  # 50 flush intervals
+            assert transport.passes - settled <= 1, transport.passes - settled
+    finally:
+        transport.stop(timeout=5)
+        server.stop(grace=10)
