@@ -44,6 +44,7 @@ SETUPS = [
     Setup("default", DEFAULT, host=()),
     Setup("all", EVERY, host=("--sample-rate", SAMPLE_ALL)),
     Setup("cprofile", "cProfile", peer="cprofile"),
+    Setup("cprofile-threads", "cProfile, every thread", peer="cprofile-threads"),
     Setup("yappi", "yappi", peer="yappi"),
     Setup("pyinstrument", "pyinstrument", peer="pyinstrument"),
     Setup("pyspy", "py-spy --nonblocking (+ its own CPU)", peer="py-spy"),

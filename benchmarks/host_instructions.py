@@ -7,18 +7,22 @@ uvicorn process of `host_app`) runs under valgrind's callgrind, which counts the
 instructions every thread of the worker executes: the same count for the same work,
 whatever else the machine does (so two lives run side by side, one per core).
 
-Each setup lives twice, identically but for the number of requests it serves: `warmup`
-requests of the route mix, one at a time, or `warmup + requests`. Callgrind writes the
-worker's total when it exits; the difference between the two lives, divided by
-`requests`, is what one request costs, with start-up, warm-up and exit cancelled out. An
-A/A setup (no profiler, measured the same way) shows how exact that is. The host's setups
-run with `--code-cache off`, so both lives rewrite the same code at start-up.
+Each setup lives three times, identically up to the end of a warm-up of `warmup` requests
+of the route mix (sent one at a time); then the short life stops, the long one serves
+`requests` more first, and the idle one idles for `IDLE` seconds first. Callgrind writes
+the worker's total when it exits. Long minus short is what the requests cost, with
+start-up, warm-up and exit cancelled out, plus what the worker's timers cost meanwhile
+(uvicorn ticks every 0.1 s, gunicorn's worker wakes every second; under callgrind a
+request takes ~50x longer, so timers would weigh ~50x their real share): the idle life
+gives their rate per second, and the long life's extra wall time times that rate is taken
+off. An A/A setup (no profiler, measured the same way) shows how exact this is. The host's
+setups run with `--code-cache off` (all lives rewrite the same code at start-up) and
+`--flush-interval 10s` (a batch then holds about as many requests as 0.2 s does at full
+speed).
 
 Instructions are not cycles (cache misses and branch mispredictions are not counted), and
 only deterministic profilers can be compared: a time-based sampler (pyinstrument, py-spy)
-would take ~50x more samples per request in a process slowed down by valgrind. Valgrind
-slows the host's transport thread the same way, so it ships smaller batches than at full
-speed: its per-batch costs weigh more here than they would.
+would take ~50x more samples per request in a process slowed down by valgrind.
 
 The default sampling rate (10 requests/s per process) is a time rate too, so its row is
 composed: `f` = 10 / the plain worker's request rate under wrk at full speed (measured in
@@ -35,6 +39,7 @@ import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -46,19 +51,22 @@ from benchmarks.server import CLIENT_CORE, SERVER_CORE, ServerProcess
 
 UNSAMPLED = "host, default decision, not sampled"
 DEFAULT_COMPOSED = "host, default (10/s), composed"
-NO_CACHE = ("--code-cache", "off")
+# both lives rewrite the same code at start-up; batches hold as many requests as at full
+# speed, where 0.2 s holds ~80 (callgrind slows the worker ~50x)
+HOST = ("--code-cache", "off", "--flush-interval", "10s")
 SETUPS = [
     Setup("none", NONE),
     Setup("aa", "none (A/A)"),
-    Setup("off", host_app.OFF, host=("--sample-rate", "0", *NO_CACHE)),
+    Setup("off", host_app.OFF, host=("--sample-rate", "0", *HOST)),
     # a rate that never samples, with every route already seen (and sampled) at warm-up
     Setup(
         "unsampled",
         UNSAMPLED,
-        host=("--sample-rate", "0.000001", "--route-interval", "86400", *NO_CACHE),
+        host=("--sample-rate", "0.000001", "--route-interval", "86400", *HOST),
     ),
-    Setup("all", host_app.EVERY, host=("--sample-rate", host_app.SAMPLE_ALL, *NO_CACHE)),
+    Setup("all", host_app.EVERY, host=("--sample-rate", host_app.SAMPLE_ALL, *HOST)),
     Setup("cprofile", "cProfile", peer="cprofile"),
+    Setup("cprofile-threads", "cProfile, every thread", peer="cprofile-threads"),
     Setup("yappi", "yappi", peer="yappi"),
 ]
 # the route mix of shop_mix.lua, one request at a time
@@ -73,6 +81,7 @@ CORES = (SERVER_CORE, CLIENT_CORE)  # one life on each, side by side
 REQUEST_TIMEOUT = 300.0  # s; a first request under callgrind imports and compiles a lot
 SHIP_TIMEOUT = 300.0  # s for the host to ship and the server to store what a life recorded
 QUIET = 2.0  # s the server's stored count must stay unchanged before the life ends
+IDLE = 30.0  # s the idle life idles after its warm-up
 RATE_WINDOWS = 3  # wrk windows of the plain worker at full speed, for the sampled share
 
 
@@ -104,7 +113,10 @@ def _stored(profiler: ServerProcess, setup: Setup) -> float:
 
 def _settle(profiler: ServerProcess, setup: Setup, at_least: float) -> float:
     """Waits until the server holds at least `at_least` requests of the setup and the count
-    has stayed the same for `QUIET` seconds; returns it."""
+    has stayed the same for `QUIET` seconds; returns it (0 at once if not a host setup)."""
+    if setup.host is None:
+        time.sleep(QUIET)
+        return 0.0
     deadline = time.monotonic() + SHIP_TIMEOUT
     last, since = -1.0, time.monotonic()
     while time.monotonic() < deadline:
@@ -125,15 +137,31 @@ def _instructions(out: Path, pid: int) -> int:
     raise RuntimeError(f"callgrind wrote no total for {pid} in {out}")
 
 
+@dataclass(frozen=True)
+class Life:
+    """What one life of a worker does after its warm-up: serve `requests` more requests,
+    then idle for `idle` seconds."""
+
+    name: str
+    requests: int
+    idle: float
+
+
 def life(
-    app: str, setup: Setup, count: int, profiler: ServerProcess, tmp: Path, shop: Path, core: int
+    app: str,
+    setup: Setup,
+    plan: Life,
+    warmup: int,
+    profiler: ServerProcess,
+    where: tuple[Path, Path, int],
 ) -> dict:
-    """One life of the worker under callgrind that serves `count` requests of the mix."""
-    one_life = dataclasses.replace(setup, name=f"{setup.name} ({count})")  # its own service
-    out = tmp / f"callgrind-{setup.key}-{count}"
+    """One life of the worker under callgrind (`where`: scratch directory, shop database,
+    core): its instructions, and the wall seconds from the end of its warm-up to its stop."""
+    tmp, shop, core = where
+    one_life = dataclasses.replace(setup, name=f"{setup.name} ({plan.name})")  # own service
+    out = tmp / f"callgrind-{setup.key}-{plan.name}"
     out.mkdir()
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every life
-    started = time.monotonic()
     process = host_app.start_app(
         app,
         one_life,
@@ -142,21 +170,25 @@ def life(
         tmp,
         shop,
         _callgrind(out, core),
-        lambda served: send(served.port, count),
+        lambda served: send(served.port, warmup),
     )
     try:
-        recorded = 0.0
+        recorded = _settle(profiler, one_life, warmup if setup.key == "all" else 0)
+        warm = time.monotonic()
+        send(process.port, plan.requests)
         if setup.host is not None:
-            expected = count if setup.key == "all" else 0
-            recorded = _settle(profiler, one_life, expected)
+            expected = recorded + plan.requests if setup.key == "all" else recorded
+            recorded = _settle(profiler, one_life, expected) - recorded
+        time.sleep(plan.idle)
+        wall = time.monotonic() - warm
     finally:
         process.stop()
     figure = {
         "instructions": _instructions(out, process.worker),
-        "recorded": recorded,
-        "seconds": round(time.monotonic() - started, 1),
+        "wall_after_warmup": round(wall, 2),
+        "recorded_after_warmup": recorded,
     }
-    print(f"  {setup.name}, {count} requests: {figure}")
+    print(f"  {setup.name}, {plan.name}: {figure}")
     return figure
 
 
@@ -170,17 +202,28 @@ def _full_speed_rate(app: str, profiler: ServerProcess, tmp: Path, shop: Path) -
         plain.stop()
 
 
-def _per_request(lives: dict, setup: Setup, counts: tuple[int, int]) -> dict:
-    short, long = lives[setup.key, counts[0]], lives[setup.key, counts[1]]
-    figure = {
-        "per_request": (long["instructions"] - short["instructions"]) / (counts[1] - counts[0]),
-        "lives": [short, long],
+def _lives(requests: int) -> tuple[Life, Life, Life]:
+    return Life("short", 0, 0.0), Life("long", requests, 0.0), Life("idle", 0, IDLE)
+
+
+def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
+    """Instructions per request, and per second of idling: the long life minus the short
+    one, less the idle rate (from the idle life) times the wall time the long life took
+    longer. Timers tick while a worker serves too (uvicorn's 0.1 s tick, gunicorn's
+    heartbeat, the host's flushes), and under callgrind a request takes ~50x longer, so
+    without this a slower setup would be charged ~50x its timers' real share."""
+    short, long, idle = (lives[setup.key, one.name] for one in _lives(requests))
+    rate = (idle["instructions"] - short["instructions"]) / (
+        idle["wall_after_warmup"] - short["wall_after_warmup"]
+    )
+    extra = long["instructions"] - short["instructions"]
+    slower = long["wall_after_warmup"] - short["wall_after_warmup"]
+    return {
+        "per_request": (extra - rate * slower) / requests,
+        "idle_per_second": rate,
+        "recorded_per_request": long["recorded_after_warmup"] / requests,
+        "lives": {"short": short, "long": long, "idle": idle},
     }
-    if setup.host is not None:
-        figure["recorded_per_request"] = (long["recorded"] - short["recorded"]) / (
-            counts[1] - counts[0]
-        )
-    return figure
 
 
 def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
@@ -188,23 +231,28 @@ def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
     scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
     setups = overhead.choose(SETUPS, keys)
     composes = {UNSAMPLED, host_app.EVERY} <= {s.name for s in setups}
-    counts = (warmup, warmup + requests)
     with tempfile.TemporaryDirectory(prefix="profiler-bench-instr-", dir=scratch) as name:
         tmp = Path(name)
         shop = host_app.shop_database(tmp, dict(os.environ))
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             rate = _full_speed_rate(app, profiler, tmp, shop) if composes else 0.0
-            plan = [(setup, count) for setup in setups for count in counts]
+            plan = [(setup, one) for setup in setups for one in _lives(requests)]
             print(f"{app}: {len(plan)} lives under callgrind, {len(CORES)} at a time")
             with ThreadPoolExecutor(len(CORES)) as pool:
                 futures = {
-                    (setup.key, count): pool.submit(
-                        life, app, setup, count, profiler, tmp, shop, CORES[number % len(CORES)]
+                    (setup.key, one.name): pool.submit(
+                        life,
+                        app,
+                        setup,
+                        one,
+                        warmup,
+                        profiler,
+                        (tmp, shop, CORES[number % len(CORES)]),
                     )
-                    for number, (setup, count) in enumerate(plan)
+                    for number, (setup, one) in enumerate(plan)
                 }
                 lives = {key: future.result() for key, future in futures.items()}
-    figures = {setup.name: _per_request(lives, setup, counts) for setup in setups}
+    figures = {setup.name: _per_request(lives, setup, requests) for setup in setups}
     base = figures[NONE]["per_request"]
     if composes:
         share = min(1.0, host_app.DEFAULT_RATE / rate)
@@ -217,16 +265,23 @@ def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
     for figure in figures.values():
         figure["ratio"] = round(base / figure["per_request"], 4)
     rows = [
-        (setup, f"{one['per_request']:,.0f}", f"{one['ratio']:.4f}")
+        (
+            setup,
+            f"{one['per_request']:,.0f}",
+            f"{one['ratio']:.4f}",
+            f"{one['idle_per_second']:,.0f}" if "idle_per_second" in one else "-",
+        )
         for setup, one in figures.items()
     ]
-    print(results.table(("setup", "instructions/request", "ratio to none"), rows))
+    headers = ("setup", "instructions/request", "ratio to none", "idle instructions/s")
+    print(results.table(headers, rows))
     if composes:
         print(f"sampled share at the default rate: {figures[DEFAULT_COMPOSED]['sampled_share']}")
     data = {
         "app": app,
         "warmup_requests": warmup,
         "requests": requests,
+        "idle_seconds": IDLE,
         "load_average_at_start": started_load,
         "setups": figures,
     }

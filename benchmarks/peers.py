@@ -11,32 +11,38 @@ memory and are never written: the benchmark measures the cost of collecting them
 
 from __future__ import annotations
 
+import cProfile
 import os
 import runpy
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ENV = "BENCH_PEER"
-IN_PROCESS = ("cprofile", "yappi", "pyinstrument")
+IN_PROCESS = ("cprofile", "cprofile-threads", "yappi", "pyinstrument")
 PYSPY_START_TIMEOUT = 30.0
 
 _running: list[Any] = []  # keeps the profiler objects alive for the process's life
 
 
 def start(name: str) -> None:
-    """Profiles the calling thread (cProfile, pyinstrument) or every thread (yappi) until exit.
+    """Profiles the calling thread (cProfile, pyinstrument) or every thread (yappi,
+    cprofile-threads) until exit.
 
     cProfile and pyinstrument see only the thread that starts them, which is the thread that
-    serves requests in a gunicorn sync worker and runs the event loop under uvicorn."""
-    if name == "cprofile":
-        import cProfile
-
+    serves requests in a gunicorn sync worker and runs the event loop under uvicorn (not
+    anyio's worker threads, where Starlette runs sync endpoints and `run_in_threadpool`).
+    `cprofile-threads` also gives every thread started later a cProfile of its own, so it
+    covers what the host records."""
+    if name in ("cprofile", "cprofile-threads"):
         profiler = cProfile.Profile()
         profiler.enable()
+        if name == "cprofile-threads":
+            threading.setprofile(_profile_this_thread)
     elif name == "yappi":
         import yappi
 
@@ -52,6 +58,13 @@ def start(name: str) -> None:
     else:
         raise ValueError(f"unknown in-process profiler {name!r}")
     _running.append(profiler)
+
+
+def _profile_this_thread(frame: object, event: str, arg: object) -> None:
+    """A new thread's first profile event: from here on a cProfile of its own records it."""
+    profiler = cProfile.Profile()
+    _running.append(profiler)
+    profiler.enable()
 
 
 def post_worker_init(worker: object) -> None:

@@ -1093,6 +1093,124 @@ fail: /* a list's unset items are NULL: freeing it is safe */
     return result;
 }
 
+/* Writes `value` as a protobuf varint at `at`; returns the end. */
+static char *
+put_varint(char *at, unsigned long long value)
+{
+    while (value > 0x7F) {
+        *at++ = (char)((value & 0x7F) | 0x80);
+        value >>= 7;
+    }
+    *at++ = (char)value;
+    return at;
+}
+
+/* Makes room for `extra` more bytes at the end of bytearray `out`; returns where its data
+ * ends now (`*used` = that offset), or NULL with an exception set. */
+static char *
+reserve(PyObject *out, Py_ssize_t extra, Py_ssize_t *used)
+{
+    *used = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, *used + extra) < 0)
+        return NULL;
+    return PyByteArray_AS_STRING(out) + *used;
+}
+
+/* Cuts bytearray `out` back to where `end` points. */
+static int
+settle(PyObject *out, const char *end)
+{
+    return PyByteArray_Resize(out, end - PyByteArray_AS_STRING(out));
+}
+
+/* pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last):
+ * the wire's columns of buffer[start:stop] appended to four bytearrays as the payloads of
+ * `Events` fields: one kind byte per event, packed varints of function ids and call ids,
+ * packed zigzag varints of ns minus the previous event's (`previous_ns` for the first; None:
+ * the first event's own ns, so its delta is 0). Returns the first and last event's ns. */
+static PyObject *
+hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *buffer, *out[4];
+    char *kind, *function, *call_at, *delta_at;
+    Py_ssize_t start, stop, i, n, used[4];
+    long long previous = 0, first = 0, last = 0;
+    int have_previous, k;
+    if (check_nargs("pack", nargs, 8) < 0)
+        return NULL;
+    buffer = args[0];
+    for (k = 0; k < 4; k++)
+        out[k] = args[4 + k];
+    if (!PyList_Check(buffer) || !PyByteArray_Check(out[0]) || !PyByteArray_Check(out[1]) ||
+        !PyByteArray_Check(out[2]) || !PyByteArray_Check(out[3])) {
+        PyErr_SetString(PyExc_TypeError, "pack(list, int, int, int|None, 4 bytearrays)");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[1]);
+    stop = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred())
+        return NULL;
+    if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
+        (stop - start) % 3 != 0) {
+        PyErr_SetString(PyExc_ValueError, "pack(): not whole events of the buffer");
+        return NULL;
+    }
+    have_previous = args[3] != Py_None;
+    if (have_previous) {
+        previous = PyLong_AsLongLong(args[3]);
+        if (previous == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    for (k = 0; k < 4; k++)
+        used[k] = PyByteArray_GET_SIZE(out[k]);
+    n = (stop - start) / 3;
+    /* at most 1 kind byte, and 10 bytes for each varint */
+    kind = reserve(out[0], n, &used[0]);
+    function = kind ? reserve(out[1], 10 * n, &used[1]) : NULL;
+    call_at = function ? reserve(out[2], 10 * n, &used[2]) : NULL;
+    delta_at = call_at ? reserve(out[3], 10 * n, &used[3]) : NULL;
+    if (delta_at == NULL)
+        goto fail;
+    for (i = 0; i < n; i++) {
+        PyObject *const *event = &PyList_GET_ITEM(buffer, start + 3 * i);
+        long long packed = PyLong_AsLongLong(event[0]);
+        long long call = PyLong_AsLongLong(event[1]);
+        long long ns = PyLong_AsLongLong(event[2]);
+        unsigned long long delta;
+        if ((packed == -1 || call == -1 || ns == -1) && PyErr_Occurred())
+            goto fail;
+        if (packed < 0 || call < 0) {
+            PyErr_SetString(PyExc_ValueError, "pack(): a negative function or call id");
+            goto fail;
+        }
+        if (i == 0) {
+            first = ns;
+            if (!have_previous)
+                previous = ns;
+        }
+        delta = (unsigned long long)ns - (unsigned long long)previous;
+        previous = last = ns;
+        *kind++ = (char)(packed & ((1 << KIND_BITS) - 1));
+        function = put_varint(function, (unsigned long long)(packed >> KIND_BITS));
+        call_at = put_varint(call_at, (unsigned long long)call);
+        /* zigzag: sint64 */
+        delta_at = put_varint(delta_at, (delta << 1) ^ (0 - (delta >> 63)));
+    }
+    if (settle(out[1], function) < 0 || settle(out[2], call_at) < 0 ||
+        settle(out[3], delta_at) < 0)
+        goto fail;
+    return Py_BuildValue("(LL)", first, last);
+fail: { /* nothing half-written stays */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        for (k = 0; k < 4; k++)
+            if (PyByteArray_GET_SIZE(out[k]) > used[k] && PyByteArray_Resize(out[k], used[k]) < 0)
+                PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
 /* configure(own_lane, failed, running): the Python parts the hooks call back into */
 static PyObject *
 hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1124,6 +1242,8 @@ static PyMethodDef methods[] = {
      "resume_delegated(token): after yield from / await"},
     {"columns", (PyCFunction)(void (*)(void))hp_columns, METH_FASTCALL,
      "columns(buffer, start, stop) -> (kinds, functions, calls, times)"},
+    {"pack", (PyCFunction)(void (*)(void))hp_pack, METH_FASTCALL,
+     "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
      "configure(own_lane, failed, running)"},
     {NULL},

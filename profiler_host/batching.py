@@ -9,9 +9,92 @@ from __future__ import annotations
 
 from collections import Counter
 
+from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
+from profiler_core.wire.columns import EventColumns
+from profiler_host import recording
 from profiler_host.functions import FunctionRegistry
-from profiler_host.recording import Lane, Request
+from profiler_host.recording import EVENT_INTS, Lane, Request
+
+
+class PyLaneColumns(EventColumns):
+    """Lane buffers as the wire's columns, in Python (the reference for `PackedColumns`)."""
+
+    def add_buffer(
+        self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
+    ) -> None:
+        self.add_run(request_id, lane_id, *recording.py_columns(buffer, start, stop))
+
+
+_EVENTS = ingest_pb2.Events.DESCRIPTOR.fields_by_name
+_PACKED_FIELDS = tuple(_EVENTS[name].number for name in ("function", "call", "time_delta"))
+
+
+class PackedColumns:
+    """Lane buffers as the wire's columns, in C: `_hotpath.pack` appends the packed-varint
+    payloads of `Events.function`, `.call` and `.time_delta` straight from the buffers, and
+    the message takes them in one `MergeFromString` (parsed by protobuf's C runtime). No int
+    object is made per value, as filling the repeated fields from lists would."""
+
+    def __init__(self) -> None:
+        from profiler_host import _hotpath
+
+        self._pack = _hotpath.pack
+        self.run_request: list[int] = []
+        self.run_lane: list[int] = []
+        self.run_length: list[int] = []
+        self.kinds = bytearray()
+        self.payloads = (bytearray(), bytearray(), bytearray())  # as `_PACKED_FIELDS`
+        self.base: int | None = None
+        self.last: int | None = None
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def add_buffer(
+        self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
+    ) -> None:
+        count = (stop - start) // EVENT_INTS
+        if count <= 0:
+            return
+        first, self.last = self._pack(buffer, start, stop, self.last, self.kinds, *self.payloads)
+        if self.base is None:
+            self.base = first
+        self.run_request.append(request_id)
+        self.run_lane.append(lane_id)
+        self.run_length.append(count)
+        self.count += count
+
+    def write(self, events: ingest_pb2.Events) -> None:
+        events.base_ns = self.base or 0
+        events.run_request.extend(self.run_request)
+        events.run_lane.extend(self.run_lane)
+        events.run_length.extend(self.run_length)
+        events.kind = bytes(self.kinds)
+        events.MergeFromString(
+            b"".join(
+                _length_delimited(field, payload)
+                for field, payload in zip(_PACKED_FIELDS, self.payloads, strict=True)
+            )
+        )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(field: int, payload: bytearray) -> bytes:
+    """A packed repeated field as protobuf encodes it: key (wire type 2), length, payload."""
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+LaneColumns = PackedColumns if recording.IMPLEMENTATION == "c" else PyLaneColumns
 
 
 class Batcher:
@@ -28,7 +111,7 @@ class Batcher:
         drops: tuple[Counter, Counter] | None,
     ) -> BatchBuilder:
         """What the requests recorded since the last batch, their ends, new definitions."""
-        builder = BatchBuilder()
+        builder = BatchBuilder(LaneColumns())
         for request in [*running, *finished]:
             self._add_request(builder, request)
         for request in finished:
@@ -52,9 +135,7 @@ class Batcher:
             builder.start(request.id, request.route, request.method, request.start_ns)
         for lane in list(request.lanes):
             self._announce_lane(builder, request, lane)
-            kinds, functions, calls, times = lane.drain_columns()
-            if kinds:
-                builder.run(request.id, lane.id, kinds, functions, calls, times)
+            lane.drain_into(builder.events)
 
     def _announce_lane(self, builder: BatchBuilder, request: Request, lane: Lane) -> None:
         key = (request.id, lane.id)

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from time import monotonic_ns
+from typing import Protocol
 
 from profiler_core.model import MAIN_LANE, EventKind, LaneKind
 
@@ -122,7 +123,7 @@ def kind_of(function_kind: int) -> int:
 Columns = tuple[bytes, list[int], list[int], list[int]]  # kinds, functions, calls, ns
 
 
-def _py_columns(buffer: list[int], start: int, stop: int) -> Columns:
+def py_columns(buffer: list[int], start: int, stop: int) -> Columns:
     """The wire's columns of `buffer[start:stop]`: strided slices (no copy of the whole) and
     two comprehensions, the transport thread's whole cost per event (`_hotpath.columns` is
     its C twin)."""
@@ -138,7 +139,7 @@ def _pick_columns() -> Callable[[list[int], int, int], Columns]:
         from profiler_host import _hotpath
 
         return _hotpath.columns
-    return _py_columns
+    return py_columns
 
 
 _columns = _pick_columns()
@@ -192,12 +193,30 @@ class Lane(LaneCore):
     def drain_columns(self) -> Columns:
         """Takes the events recorded so far as columns; events recorded while this runs
         stay for next time."""
-        buffer = self.buffer
-        count = len(buffer)
-        taken = _columns(buffer, self.carried, count)
-        # the last event stays (marked taken): a frame that gives control away without a
-        # hook is suspended since the lane's last event, which hooks read at the end
-        keep = min(count, EVENT_INTS)
-        del buffer[: count - keep]
-        self.carried = keep
+        count = len(self.buffer)
+        taken = _columns(self.buffer, self.carried, count)
+        self._taken(count)
         return taken
+
+    def drain_into(self, columns: LaneColumns) -> None:
+        """Moves the events recorded so far into a batch's `columns` (the transport's way:
+        no columns of its own in between)."""
+        count = len(self.buffer)
+        columns.add_buffer(self.request.id, self.id, self.buffer, self.carried, count)
+        self._taken(count)
+
+    def _taken(self, count: int) -> None:
+        """Forgets the buffer's first `count` ints but the last event, which stays (marked
+        taken): a frame that gives control away without a hook is suspended since the
+        lane's last event, which hooks read at the end."""
+        keep = min(count, EVENT_INTS)
+        del self.buffer[: count - keep]
+        self.carried = keep
+
+
+class LaneColumns(Protocol):
+    """A batch's events as `profiler_host.batching` gathers them from lane buffers."""
+
+    def add_buffer(
+        self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
+    ) -> None: ...

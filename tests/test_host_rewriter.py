@@ -22,6 +22,7 @@ import importlib.util
 import inspect
 import marshal
 import os
+import random
 import re
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from profiler_core.wire import ingest_pb2
 from profiler_host import hooks, recording, rewriter, stackdepth
 from profiler_server.assembly.builder import assemble
 from profiler_server.assembly.events import Run
@@ -616,7 +618,7 @@ def test_c_columns_match_the_python_ones() -> None:
     big = 2**40  # a monotonic ns is beyond 32 bits
     buffer = [7 << recording.KIND_BITS | EXIT, 3, big, 1 << 26 | RESUME, 4, big + 1] * 50
     for start, stop in ((0, len(buffer)), (3, 9), (6, 6)):
-        expected = recording._py_columns(buffer, start, stop)
+        expected = recording.py_columns(buffer, start, stop)
         assert _hotpath.columns(buffer, start, stop) == expected
     assert expected == (b"", [], [], [])
     for start, stop in ((0, 4), (-3, 3), (3, len(buffer) + 3), (6, 3)):
@@ -624,6 +626,46 @@ def test_c_columns_match_the_python_ones() -> None:
             _hotpath.columns(buffer, start, stop)
     with pytest.raises(TypeError):
         _hotpath.columns([None, 1, 2], 0, 3)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
+def test_c_packed_events_match_the_python_ones() -> None:
+    """The batch's Events written by `_hotpath.pack` equal the Python columns' message:
+    several lanes' runs, times going back between lanes, ids and deltas of every varint
+    length."""
+    from profiler_host.batching import PackedColumns, PyLaneColumns
+
+    rng = random.Random(7)
+    lanes = []
+    for lane in range(5):
+        now = 2**40 + rng.randrange(10**9)
+        buffer: list[int] = []
+        for call in range(rng.randrange(200)):
+            now += rng.choice((0, 1, 127, 128, 2**14, 2**21, 2**35))
+            fid = rng.choice((0, 1, 2**4, 2**11, 2**26))
+            buffer += [fid << recording.KIND_BITS | rng.choice((ENTER, EXIT, RESUME)), call, now]
+        lanes.append((lane, buffer))
+    python, packed = PyLaneColumns(), PackedColumns()
+    for lane, buffer in lanes:
+        for columns in (python, packed):
+            columns.add_buffer(9, lane, buffer, 0, len(buffer))
+            columns.add_buffer(9, lane, buffer, 3, 3)  # an empty run adds nothing
+    written = []
+    for columns in (python, packed):
+        events = ingest_pb2.Events()
+        columns.write(events)
+        written.append(events)
+    assert len(packed) == len(python) == len(written[0].kind) > 0
+    assert written[1] == written[0]
+    assert written[1].SerializeToString() == written[0].SerializeToString()
+    from profiler_host import _hotpath
+
+    out = [bytearray() for _ in range(4)]
+    with pytest.raises(ValueError, match="whole events"):
+        _hotpath.pack(lanes[0][1], 0, 4, None, *out)
+    with pytest.raises(TypeError):
+        _hotpath.pack([None, 1, 2, 8, 1, 2], 0, 6, None, *out)
+    assert out == [bytearray()] * 4  # nothing half-written stays
 
 
 def _allocated_after(repeat: Callable[[], Any], rounds: int) -> int:

@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.columns import EventColumns
+
+
+class Columns(Protocol):
+    """Where a batch's events gather until it is built (`EventColumns`, or a faster twin)."""
+
+    def __len__(self) -> int: ...
+
+    def write(self, events: ingest_pb2.Events) -> None: ...
 
 
 class BatchBuilder:
     """The batch is built inside its HostMessage: wrapping a finished Batch would copy it."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: Columns | None = None) -> None:
         self._message = ingest_pb2.HostMessage()
         self._batch = self._message.batch
-        self._events = EventColumns()
+        self._events = events if events is not None else EventColumns()
 
     @property
     def empty(self) -> bool:
         """Nothing was added (a cheap check, unlike the message's ByteSize)."""
         return not len(self._events) and not self._batch.ListFields()
+
+    @property
+    def events(self) -> Columns:
+        return self._events
 
     @property
     def event_count(self) -> int:
@@ -64,6 +78,9 @@ class BatchBuilder:
         calls: list[int],
         times: list[int],
     ) -> None:
+        """One lane's events as columns (into the default `EventColumns`)."""
+        if not isinstance(self._events, EventColumns):
+            raise TypeError("run() adds to the default EventColumns only")
         self._events.add_run(request_id, lane_id, kinds, functions, calls, times)
 
     def end(
