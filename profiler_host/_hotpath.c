@@ -191,6 +191,9 @@ lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->buffer = PyList_New(0);
     if (self->buffer == NULL)
         goto fail;
+    /* ints only, so never in a cycle: untracked, the collector need not walk a sampled
+     * request's thousands of events at every collection */
+    PyObject_GC_UnTrack(self->buffer);
     self->record = PyObject_GetAttrString(self->buffer, "extend");
     if (self->record == NULL)
         goto fail;

@@ -77,7 +77,7 @@ def _create_task(original: Callable) -> Callable:
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task:
-        if context is None:
+        if context is None and CURRENT.get() is not None:  # else: one ContextVar read
             label = name or getattr(coro, "__qualname__", None) or "task"
             context = _child_context(LaneKind.TASK, label)
         return original(self, coro, name=name, context=context)
@@ -99,9 +99,10 @@ def _thread_start(original: Callable) -> Callable:
 def _submit(original: Callable) -> Callable:
     @functools.wraps(original)
     def submit(self: ThreadPoolExecutor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        context = _child_context(LaneKind.EXECUTOR, _name_of(fn))
-        if context is not None:
-            fn = _in_lane(context, fn)
+        if CURRENT.get() is not None:
+            context = _child_context(LaneKind.EXECUTOR, _name_of(fn))
+            if context is not None:
+                fn = _in_lane(context, fn)
         return original(self, fn, *args, **kwargs)
 
     return submit
@@ -130,9 +131,10 @@ def _call_soon(original: Callable) -> Callable:
 def _anyio_run_sync(original: Callable) -> Callable:
     @functools.wraps(original)
     async def run_sync(func: Callable, *args: Any, **kwargs: Any) -> Any:
-        context = _child_context(LaneKind.EXECUTOR, _name_of(func))
-        if context is not None:
-            func = _in_lane(context, func)
+        if CURRENT.get() is not None:
+            context = _child_context(LaneKind.EXECUTOR, _name_of(func))
+            if context is not None:
+                func = _in_lane(context, func)
         return await original(func, *args, **kwargs)
 
     return run_sync

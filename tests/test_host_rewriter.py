@@ -629,6 +629,16 @@ def test_c_columns_match_the_python_ones() -> None:
 
 
 @pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
+def test_c_lane_buffers_are_not_walked_by_the_garbage_collector() -> None:
+    """A buffer holds ints only (no cycles): untracked, a collection skips its events."""
+    request = recording.Request(1, "/r", "GET", event_cap=1000)
+    lane = request.spawn(request.main, recording.LaneKind.TASK, "task")
+    lane.append((ENTER, 7, 1, 100))
+    assert not gc.is_tracked(request.main.buffer) and not gc.is_tracked(lane.buffer)
+    assert gc.is_tracked(lane)
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
 def test_c_packed_events_match_the_python_ones() -> None:
     """The batch's Events written by `_hotpath.pack` equal the Python columns' message:
     several lanes' runs, times going back between lanes, ids and deltas of every varint
