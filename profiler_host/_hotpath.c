@@ -1039,6 +1039,27 @@ hp_resume_delegated(PyObject *module, PyObject *token)
     Py_RETURN_NONE;
 }
 
+/* args[0] is a list (a lane's buffer) and args[1:3] the bounds of whole events in it:
+ * *start, *stop; or -1 with an exception set. */
+static int
+events_range(const char *name, PyObject *const *args, Py_ssize_t *start, Py_ssize_t *stop)
+{
+    if (!PyList_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s() needs a list", name);
+        return -1;
+    }
+    *start = PyLong_AsSsize_t(args[1]);
+    *stop = PyLong_AsSsize_t(args[2]);
+    if ((*start == -1 || *stop == -1) && PyErr_Occurred())
+        return -1;
+    if (*start < 0 || *stop > PyList_GET_SIZE(args[0]) || *stop < *start ||
+        (*stop - *start) % 3 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s(): not whole events of the buffer", name);
+        return -1;
+    }
+    return 0;
+}
+
 /* columns(buffer, start, stop) -> (kinds: bytes, functions, calls, times): the wire's
  * columns of the events in buffer[start:stop] (recording._columns, at C speed: this runs on
  * the transport thread for every event sampled). */
@@ -1049,22 +1070,9 @@ hp_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     Py_ssize_t start, stop, n, i;
     char *kind;
-    if (check_nargs("columns", nargs, 3) < 0)
+    if (check_nargs("columns", nargs, 3) < 0 || events_range("columns", args, &start, &stop) < 0)
         return NULL;
     buffer = args[0];
-    if (!PyList_Check(buffer)) {
-        PyErr_SetString(PyExc_TypeError, "columns() needs a list");
-        return NULL;
-    }
-    start = PyLong_AsSsize_t(args[1]);
-    stop = PyLong_AsSsize_t(args[2]);
-    if ((start == -1 || stop == -1) && PyErr_Occurred())
-        return NULL;
-    if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
-        (stop - start) % 3 != 0) {
-        PyErr_SetString(PyExc_ValueError, "columns(): not whole events of the buffer");
-        return NULL;
-    }
     n = (stop - start) / 3;
     kinds = PyBytes_FromStringAndSize(NULL, n);
     functions = PyList_New(n);
@@ -1139,24 +1147,15 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t start, stop, i, n, used[4];
     long long previous = 0, first = 0, last = 0;
     int have_previous, k;
-    if (check_nargs("pack", nargs, 8) < 0)
+    if (check_nargs("pack", nargs, 8) < 0 || events_range("pack", args, &start, &stop) < 0)
         return NULL;
     buffer = args[0];
-    for (k = 0; k < 4; k++)
+    for (k = 0; k < 4; k++) {
         out[k] = args[4 + k];
-    if (!PyList_Check(buffer) || !PyByteArray_Check(out[0]) || !PyByteArray_Check(out[1]) ||
-        !PyByteArray_Check(out[2]) || !PyByteArray_Check(out[3])) {
-        PyErr_SetString(PyExc_TypeError, "pack(list, int, int, int|None, 4 bytearrays)");
-        return NULL;
-    }
-    start = PyLong_AsSsize_t(args[1]);
-    stop = PyLong_AsSsize_t(args[2]);
-    if ((start == -1 || stop == -1) && PyErr_Occurred())
-        return NULL;
-    if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
-        (stop - start) % 3 != 0) {
-        PyErr_SetString(PyExc_ValueError, "pack(): not whole events of the buffer");
-        return NULL;
+        if (!PyByteArray_Check(out[k])) {
+            PyErr_SetString(PyExc_TypeError, "pack(): the columns go to bytearrays");
+            return NULL;
+        }
     }
     have_previous = args[3] != Py_None;
     if (have_previous) {

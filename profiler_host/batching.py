@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from profiler_core.wire import ingest_pb2
+from profiler_core.wire import framing, ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_core.wire.columns import EventColumns
 from profiler_host import recording
@@ -74,24 +74,10 @@ class PackedColumns:
         events.kind = bytes(self.kinds)
         events.MergeFromString(
             b"".join(
-                _length_delimited(field, payload)
-                for field, payload in zip(_PACKED_FIELDS, self.payloads, strict=True)
+                framing.field(number, payload)
+                for number, payload in zip(_PACKED_FIELDS, self.payloads, strict=True)
             )
         )
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _length_delimited(field: int, payload: bytearray) -> bytes:
-    """A packed repeated field as protobuf encodes it: key (wire type 2), length, payload."""
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
 
 
 LaneColumns = PackedColumns if recording.IMPLEMENTATION == "c" else PyLaneColumns

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from profiler_core.wire import tree_pb2
+from profiler_core.wire import framing, tree_pb2
 from profiler_server.assembly import packed
 from profiler_server.assembly.calltree import LANE_ROOT
 from profiler_server.assembly.forest import Forest
@@ -112,6 +112,6 @@ def stored_trees(forest: Forest, name: Callable[[int], str]) -> list[bytes]:
         waits = slice(waits_at[r], waits_at[r + 1])
         parts = [_head(forest, r, names[r], extras, outcomes, waits)]
         for number, data, at in encoded:
-            parts.append(packed.field(number, data[at[r] : at[r + 1]].tobytes()))
+            parts.append(framing.field(number, data[at[r] : at[r + 1]].tobytes()))
         trees.append(b"".join(parts))
     return trees
