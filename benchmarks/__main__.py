@@ -26,6 +26,18 @@ from benchmarks.server import CLIENT_CORE
 DBS = ("sqlite", "postgresql")
 
 
+def _keys(setups: list) -> str:
+    return ",".join(setup.key for setup in setups)
+
+
+def setups_option(parser: argparse.ArgumentParser, known: str) -> None:
+    parser.add_argument(
+        "--setups",
+        default="",
+        help=f"only these, comma-separated (none is always measured): {known}",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
@@ -71,12 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=int, default=2, help="measured load per window")
     p.add_argument("--warmup", type=int, default=2, help="load before each window")
     p.add_argument("--carts", type=int, default=15_000, help="carts the script prices per run")
-    p.add_argument(
-        "--setups",
-        default="",
-        help="only these, comma-separated (none is always measured): "
-        f"apps {','.join(s.key for s in host_app.SETUPS)}; "
-        f"script {','.join(s.key for s in host_script.SETUPS)}",
+    setups_option(
+        p,
+        f"apps {_keys(host_app.SETUPS)}; script {_keys(host_script.SETUPS)}",
     )
     p = sub.add_parser(
         "host-instructions",
@@ -85,12 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--app", choices=(*host_app.APPS, "all"), default="flask")
     p.add_argument("--warmup", type=int, default=40, help="requests before counting")
     p.add_argument("--requests", type=int, default=200, help="requests counted")
-    p.add_argument(
-        "--setups",
-        default="",
-        help="only these, comma-separated (none is always measured): "
-        f"{','.join(s.key for s in host_instructions.SETUPS)}",
-    )
+    setups_option(p, _keys(host_instructions.SETUPS))
     p = sub.add_parser("host-startup", help="import time of a big package: plain, cold, warm")
     p.add_argument("--functions", type=int, default=3000, help="functions in the package")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every setup")
