@@ -35,7 +35,6 @@ from benchmarks.server import CLIENT_CORE, ROOT, SERVER_CORE, ServerProcess, sta
 
 APPS = ("flask", "starlette")
 OFF, DEFAULT, EVERY = "host, sampling off", "host, default (10/s)", "host, 100%"
-DEFAULT_RATE = 10.0  # the host's default --sample-rate
 SAMPLE_ALL = "1000000"  # sampled requests per second: far above any arrival rate, so all
 SETUPS = [
     Setup("none", NONE),
@@ -293,7 +292,7 @@ def _modelled_default(samples: dict) -> dict:
     decays while other setups run) and its small cost hides in the window noise; this
     assumes a sampled request costs the same at any sampling rate."""
     cpu = [
-        off + min(1.0, DEFAULT_RATE / rate) * (every - off)
+        overhead.at_default_rate(off, every, rate)
         for off, every, rate in zip(
             samples[OFF]["cpu"], samples[EVERY]["cpu"], samples[DEFAULT]["rate"], strict=True
         )

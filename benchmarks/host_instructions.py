@@ -255,11 +255,11 @@ def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
     figures = {setup.name: _per_request(lives, setup, requests) for setup in setups}
     base = figures[NONE]["per_request"]
     if composes:
-        share = min(1.0, host_app.DEFAULT_RATE / rate)
         figures[DEFAULT_COMPOSED] = {
-            "per_request": (1 - share) * figures[UNSAMPLED]["per_request"]
-            + share * figures[host_app.EVERY]["per_request"],
-            "sampled_share": round(share, 5),
+            "per_request": overhead.at_default_rate(
+                figures[UNSAMPLED]["per_request"], figures[host_app.EVERY]["per_request"], rate
+            ),
+            "sampled_share": round(overhead.sampled_share(rate), 5),
             "full_speed_requests_per_second": round(rate, 1),
         }
     for figure in figures.values():

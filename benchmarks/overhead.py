@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from benchmarks import results
 
 NONE = "none"
+DEFAULT_RATE = 10.0  # the host's default --sample-rate, requests per second
 BOOTSTRAP = 2000  # resamples of the rounds for the median's interval
 
 
@@ -57,6 +58,17 @@ def interleave(setups: list[Setup], rounds: int, measure: Measure, seed: int = 1
             samples[setup.name]["rate"].append(rate)
         print(f"  round {number + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}")
     return samples
+
+
+def sampled_share(rate: float) -> float:
+    """The share of requests the default rate samples at `rate` requests per second."""
+    return min(1.0, DEFAULT_RATE / rate)
+
+
+def at_default_rate(unsampled: float, recorded: float, rate: float) -> float:
+    """Cost per request at the default rate, composed: a request the sampler lets pass, plus
+    the sampled share of what recording one adds (assumed the same at any rate)."""
+    return unsampled + sampled_share(rate) * (recorded - unsampled)
 
 
 def summary(values: list[float], digits: int) -> dict:

@@ -1039,71 +1039,6 @@ hp_resume_delegated(PyObject *module, PyObject *token)
     Py_RETURN_NONE;
 }
 
-/* args[0] is a list (a lane's buffer) and args[1:3] the bounds of whole events in it:
- * *start, *stop; or -1 with an exception set. */
-static int
-events_range(const char *name, PyObject *const *args, Py_ssize_t *start, Py_ssize_t *stop)
-{
-    if (!PyList_Check(args[0])) {
-        PyErr_Format(PyExc_TypeError, "%s() needs a list", name);
-        return -1;
-    }
-    *start = PyLong_AsSsize_t(args[1]);
-    *stop = PyLong_AsSsize_t(args[2]);
-    if ((*start == -1 || *stop == -1) && PyErr_Occurred())
-        return -1;
-    if (*start < 0 || *stop > PyList_GET_SIZE(args[0]) || *stop < *start ||
-        (*stop - *start) % 3 != 0) {
-        PyErr_Format(PyExc_ValueError, "%s(): not whole events of the buffer", name);
-        return -1;
-    }
-    return 0;
-}
-
-/* columns(buffer, start, stop) -> (kinds: bytes, functions, calls, times): the wire's
- * columns of the events in buffer[start:stop] (recording._columns, at C speed: this runs on
- * the transport thread for every event sampled). */
-static PyObject *
-hp_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    PyObject *buffer, *kinds = NULL, *functions = NULL, *calls = NULL, *times = NULL;
-    PyObject *result = NULL;
-    Py_ssize_t start, stop, n, i;
-    char *kind;
-    if (check_nargs("columns", nargs, 3) < 0 || events_range("columns", args, &start, &stop) < 0)
-        return NULL;
-    buffer = args[0];
-    n = (stop - start) / 3;
-    kinds = PyBytes_FromStringAndSize(NULL, n);
-    functions = PyList_New(n);
-    calls = PyList_New(n);
-    times = PyList_New(n);
-    if (kinds == NULL || functions == NULL || calls == NULL || times == NULL)
-        goto fail;
-    kind = PyBytes_AS_STRING(kinds);
-    for (i = 0; i < n; i++) {
-        PyObject *const *event = &PyList_GET_ITEM(buffer, start + 3 * i);
-        PyObject *function;
-        long long packed = PyLong_AsLongLong(event[0]);
-        if (packed == -1 && PyErr_Occurred())
-            goto fail;
-        kind[i] = (char)(packed & ((1 << KIND_BITS) - 1));
-        function = PyLong_FromLongLong(packed >> KIND_BITS);
-        if (function == NULL)
-            goto fail;
-        PyList_SET_ITEM(functions, i, function);
-        PyList_SET_ITEM(calls, i, Py_NewRef(event[1]));
-        PyList_SET_ITEM(times, i, Py_NewRef(event[2]));
-    }
-    result = PyTuple_Pack(4, kinds, functions, calls, times);
-fail: /* a list's unset items are NULL: freeing it is safe */
-    Py_XDECREF(kinds);
-    Py_XDECREF(functions);
-    Py_XDECREF(calls);
-    Py_XDECREF(times);
-    return result;
-}
-
 /* Writes `value` as a protobuf varint at `at`; returns the end. */
 static char *
 put_varint(char *at, unsigned long long value)
@@ -1116,15 +1051,14 @@ put_varint(char *at, unsigned long long value)
     return at;
 }
 
-/* Makes room for `extra` more bytes at the end of bytearray `out`; returns where its data
- * ends now (`*used` = that offset), or NULL with an exception set. */
+/* Makes room for `extra` more bytes after the `used` ones of bytearray `out`; returns where
+ * they start, or NULL with an exception set. */
 static char *
-reserve(PyObject *out, Py_ssize_t extra, Py_ssize_t *used)
+reserve(PyObject *out, Py_ssize_t used, Py_ssize_t extra)
 {
-    *used = PyByteArray_GET_SIZE(out);
-    if (PyByteArray_Resize(out, *used + extra) < 0)
+    if (PyByteArray_Resize(out, used + extra) < 0)
         return NULL;
-    return PyByteArray_AS_STRING(out) + *used;
+    return PyByteArray_AS_STRING(out) + used;
 }
 
 /* Cuts bytearray `out` back to where `end` points. */
@@ -1147,9 +1081,22 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t start, stop, i, n, used[4];
     long long previous = 0, first = 0, last = 0;
     int have_previous, k;
-    if (check_nargs("pack", nargs, 8) < 0 || events_range("pack", args, &start, &stop) < 0)
+    if (check_nargs("pack", nargs, 8) < 0)
         return NULL;
     buffer = args[0];
+    if (!PyList_Check(buffer)) {
+        PyErr_SetString(PyExc_TypeError, "pack() needs a list");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[1]);
+    stop = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred())
+        return NULL;
+    if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
+        (stop - start) % 3 != 0) {
+        PyErr_SetString(PyExc_ValueError, "pack(): not whole events of the buffer");
+        return NULL;
+    }
     for (k = 0; k < 4; k++) {
         out[k] = args[4 + k];
         if (!PyByteArray_Check(out[k])) {
@@ -1167,10 +1114,10 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         used[k] = PyByteArray_GET_SIZE(out[k]);
     n = (stop - start) / 3;
     /* at most 1 kind byte, and 10 bytes for each varint */
-    kind = reserve(out[0], n, &used[0]);
-    function = kind ? reserve(out[1], 10 * n, &used[1]) : NULL;
-    call_at = function ? reserve(out[2], 10 * n, &used[2]) : NULL;
-    delta_at = call_at ? reserve(out[3], 10 * n, &used[3]) : NULL;
+    kind = reserve(out[0], used[0], n);
+    function = kind ? reserve(out[1], used[1], 10 * n) : NULL;
+    call_at = function ? reserve(out[2], used[2], 10 * n) : NULL;
+    delta_at = call_at ? reserve(out[3], used[3], 10 * n) : NULL;
     if (delta_at == NULL)
         goto fail;
     for (i = 0; i < n; i++) {
@@ -1242,8 +1189,6 @@ static PyMethodDef methods[] = {
     {"resume", hp_resume, METH_O, "resume(token): after a plain yield"},
     {"resume_delegated", hp_resume_delegated, METH_O,
      "resume_delegated(token): after yield from / await"},
-    {"columns", (PyCFunction)(void (*)(void))hp_columns, METH_FASTCALL,
-     "columns(buffer, start, stop) -> (kinds, functions, calls, times)"},
     {"pack", (PyCFunction)(void (*)(void))hp_pack, METH_FASTCALL,
      "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,

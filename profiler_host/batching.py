@@ -23,7 +23,7 @@ class PyLaneColumns(EventColumns):
     def add_buffer(
         self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
     ) -> None:
-        self.add_run(request_id, lane_id, *recording.py_columns(buffer, start, stop))
+        self.add_run(request_id, lane_id, *recording.columns(buffer, start, stop))
 
 
 _EVENTS = ingest_pb2.Events.DESCRIPTOR.fields_by_name
@@ -47,10 +47,9 @@ class PackedColumns:
         self.payloads = (bytearray(), bytearray(), bytearray())  # as `_PACKED_FIELDS`
         self.base: int | None = None
         self.last: int | None = None
-        self.count = 0
 
     def __len__(self) -> int:
-        return self.count
+        return len(self.kinds)
 
     def add_buffer(
         self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
@@ -64,7 +63,6 @@ class PackedColumns:
         self.run_request.append(request_id)
         self.run_lane.append(lane_id)
         self.run_length.append(count)
-        self.count += count
 
     def write(self, events: ingest_pb2.Events) -> None:
         events.base_ns = self.base or 0
@@ -80,7 +78,7 @@ class PackedColumns:
         )
 
 
-LaneColumns = PackedColumns if recording.IMPLEMENTATION == "c" else PyLaneColumns
+_LaneColumns = PackedColumns if recording.IMPLEMENTATION == "c" else PyLaneColumns
 
 
 class Batcher:
@@ -97,7 +95,7 @@ class Batcher:
         drops: tuple[Counter, Counter] | None,
     ) -> BatchBuilder:
         """What the requests recorded since the last batch, their ends, new definitions."""
-        builder = BatchBuilder(LaneColumns())
+        builder = BatchBuilder(_LaneColumns())
         for request in [*running, *finished]:
             self._add_request(builder, request)
         for request in finished:

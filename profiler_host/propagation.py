@@ -68,6 +68,15 @@ def _name_of(func: Callable) -> str:
     return getattr(func, "__qualname__", None) or type(func).__name__
 
 
+def _in_executor_lane(func: Callable) -> Callable:
+    """Pool work handed over in a sampled request, to run in an executor lane of its own;
+    elsewhere `func` itself (one ContextVar read, the work not even named)."""
+    if CURRENT.get() is None:
+        return func
+    context = _child_context(LaneKind.EXECUTOR, _name_of(func))
+    return func if context is None else _in_lane(context, func)
+
+
 def _create_task(original: Callable) -> Callable:
     @functools.wraps(original)
     def create_task(
@@ -99,11 +108,7 @@ def _thread_start(original: Callable) -> Callable:
 def _submit(original: Callable) -> Callable:
     @functools.wraps(original)
     def submit(self: ThreadPoolExecutor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        if CURRENT.get() is not None:
-            context = _child_context(LaneKind.EXECUTOR, _name_of(fn))
-            if context is not None:
-                fn = _in_lane(context, fn)
-        return original(self, fn, *args, **kwargs)
+        return original(self, _in_executor_lane(fn), *args, **kwargs)
 
     return submit
 
@@ -131,11 +136,7 @@ def _call_soon(original: Callable) -> Callable:
 def _anyio_run_sync(original: Callable) -> Callable:
     @functools.wraps(original)
     async def run_sync(func: Callable, *args: Any, **kwargs: Any) -> Any:
-        if CURRENT.get() is not None:
-            context = _child_context(LaneKind.EXECUTOR, _name_of(func))
-            if context is not None:
-                func = _in_lane(context, func)
-        return await original(func, *args, **kwargs)
+        return await original(_in_executor_lane(func), *args, **kwargs)
 
     return run_sync
 

@@ -123,10 +123,9 @@ def kind_of(function_kind: int) -> int:
 Columns = tuple[bytes, list[int], list[int], list[int]]  # kinds, functions, calls, ns
 
 
-def py_columns(buffer: list[int], start: int, stop: int) -> Columns:
+def columns(buffer: list[int], start: int, stop: int) -> Columns:
     """The wire's columns of `buffer[start:stop]`: strided slices (no copy of the whole) and
-    two comprehensions, the transport thread's whole cost per event (`_hotpath.columns` is
-    its C twin)."""
+    two comprehensions (the transport's C path, `batching.PackedColumns`, makes none)."""
     packed = buffer[start:stop:EVENT_INTS]
     kinds = bytes([fk & _KIND_MASK for fk in packed])
     functions = [fk >> KIND_BITS for fk in packed]
@@ -134,19 +133,8 @@ def py_columns(buffer: list[int], start: int, stop: int) -> Columns:
     return kinds, functions, calls, buffer[start + 2 : stop : EVENT_INTS]
 
 
-def _pick_columns() -> Callable[[list[int], int, int], Columns]:
-    if IMPLEMENTATION == "c":
-        from profiler_host import _hotpath
-
-        return _hotpath.columns
-    return py_columns
-
-
-_columns = _pick_columns()
-
-
 def _decode(buffer: list[int], start: int) -> list[tuple[int, int, int, int]]:
-    return list(zip(*_columns(buffer, start, len(buffer)), strict=True))
+    return list(zip(*columns(buffer, start, len(buffer)), strict=True))
 
 
 class Lane(LaneCore):
@@ -187,22 +175,24 @@ class Lane(LaneCore):
 
     def drain(self) -> list[tuple[int, int, int, int]]:
         """Takes the events recorded so far as `(kind, function, call, ns)` (for tools and
-        tests: the transport takes `drain_columns`)."""
-        return list(zip(*self.drain_columns(), strict=True))
-
-    def drain_columns(self) -> Columns:
-        """Takes the events recorded so far as columns; events recorded while this runs
-        stay for next time."""
+        tests: the transport uses `drain_into`); events recorded meanwhile stay."""
         count = len(self.buffer)
-        taken = _columns(self.buffer, self.carried, count)
+        taken = columns(self.buffer, self.carried, count)
         self._taken(count)
-        return taken
+        return list(zip(*taken, strict=True))
 
-    def drain_into(self, columns: LaneColumns) -> None:
-        """Moves the events recorded so far into a batch's `columns` (the transport's way:
-        no columns of its own in between)."""
+    def discard(self) -> int:
+        """Forgets the events recorded so far; how many there were."""
         count = len(self.buffer)
-        columns.add_buffer(self.request.id, self.id, self.buffer, self.carried, count)
+        events = (count - self.carried) // EVENT_INTS
+        self._taken(count)
+        return events
+
+    def drain_into(self, into: LaneColumns) -> None:
+        """Moves the events recorded so far into a batch's columns (the transport's way: no
+        columns of its own in between)."""
+        count = len(self.buffer)
+        into.add_buffer(self.request.id, self.id, self.buffer, self.carried, count)
         self._taken(count)
 
     def _taken(self, count: int) -> None:

@@ -299,7 +299,7 @@ class Transport:
 
 
 def _discard_events(request: Request) -> int:
-    return sum(len(lane.drain_columns()[0]) for lane in request.lanes)
+    return sum(lane.discard() for lane in request.lanes)
 
 
 def _drain(outbox: queue.SimpleQueue[bytes | None]) -> Iterator[bytes]:
