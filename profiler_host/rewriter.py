@@ -1,14 +1,15 @@
 """Injects enter/exit/suspend/resume hooks into code objects (CPython 3.11 layout).
 
-Every instrumented frame keeps one *token* at the bottom of its value stack: `None` when
-the call is not recorded, else what the enter hook returned. Entry code runs after the
-first RESUME (so generators and coroutines enter on first resume); every RETURN_VALUE,
-every yield, every resume after a yield and a catch-all exception handler hand the token
-to a hook, which only runs when the token is not None. The gate in front of the enter
-hook reads a shared list constant, so a process with no sampled request pays three
-instructions on entry and two per return, and no name lookups. See DESIGN.md §4 for why
-each step is where it is; `stackdepth` re-checks every result, and a code object that
-fails keeps its original.
+A rewritten code object holds its body twice, behind a gate after the first RESUME (so
+generators and coroutines enter on first resume): the original instructions, which run
+while no request in the process is sampled (the gate, a shared list constant, is empty:
+two instructions, no name lookup, no call, nothing at returns or yields), and an
+instrumented copy. A frame that takes the copy keeps a *token* at the bottom of its value
+stack, what the enter hook returned; every RETURN_VALUE, every yield, every resume after a
+yield and a catch-all exception handler hand it to a hook. A frame whose context holds no
+sampled lane, or whose enter hook declines, goes back to the original copy. See
+DESIGN.md §4 for why each step is where it is; `stackdepth` re-checks every result, and a
+code object that fails keeps its original.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _depth_by_position(code: CodeType, by_offset: dict[int, int]) -> list[int | 
 
 
 class _Injector:
-    """One pass over the abstract instruction list; builds the new list in `out`."""
+    """Builds the two copies of the body behind the gate: the original, as it was, and the
+    instrumented one with the token at the bottom of the stack."""
 
     def __init__(
         self, bc: Bytecode, hooks: Hooks, fid: int, resumable: bool, depths: list[int | None]
@@ -116,56 +118,59 @@ class _Injector:
 
     def run(self) -> None:
         items = list(self.bc)
-        position = -1
-        entered = False
-        previous: Any = None
-        for n, item in enumerate(items):
+        start = _entry_index(items)
+        prologue, body = items[: start + 1], items[start + 1 :]
+        position = sum(isinstance(item, Instr) for item in prologue) - 1
+        plain, instrumented = Label(), Label()
+        self._entry(plain, instrumented)
+        copy = _clone(body)
+        previous: Any = items[start]
+        for n, item in enumerate(copy):
             if not isinstance(item, Instr):
-                self.out.append((item, entered))
+                self.out.append((item, True))
                 continue
             position += 1
             depth = self.depths[position]
-            if entered and item.name == "RETURN_VALUE":
-                self._exit_on_return(item)
-            elif entered and item.name == "YIELD_VALUE" and _plain_yield(previous):
+            if item.name == "RETURN_VALUE":
+                self._exit_on_return(item, depth)
+            elif item.name == "YIELD_VALUE" and _plain_yield(previous):
                 self._hook_call(self.hooks.suspend, depth, item.location, covered=True)
                 self.out.append((item, True))
             else:
-                self.out.append((item, entered))
-            if item.name == "RESUME":
-                if not entered and item.arg == 0:
-                    self._entry()
-                    entered = True
-                elif entered and depth is not None:
-                    hook = self.hooks.resume
-                    if item.arg != _RESUME_AFTER_YIELD:
-                        hook = self.hooks.resume_delegated
-                    self._hook_call(hook, depth, _next_location(items, n), covered=True)
+                self.out.append((item, True))
+            if item.name == "RESUME" and depth is not None:
+                hook = self.hooks.resume
+                if item.arg != _RESUME_AFTER_YIELD:
+                    hook = self.hooks.resume_delegated
+                self._hook_call(hook, depth, _next_location(copy, n), covered=True)
             previous = item
-        if not entered:
-            raise NotInstrumentable("no RESUME 0 found")
         self._handler()
-        self.bc[:] = _with_catch_all(self.out)
+        gate = [
+            Instr("LOAD_CONST", self.hooks.gate, location=_NO_LINE),
+            Instr("POP_JUMP_FORWARD_IF_TRUE", instrumented, location=_NO_LINE),
+            plain,
+        ]
+        self.bc[:] = [*prologue, *gate, *body, *_with_catch_all(self.out)]
 
     def _emit(self, covered: bool, *instrs: Any) -> None:
         self.out.extend((ins, covered) for ins in instrs)
 
-    def _entry(self) -> None:
-        """Pushes the token: None while the gate is closed or the lane is not sampled."""
+    def _entry(self, plain: Label, instrumented: Label) -> None:
+        """The open gate: enter(lane, id) pushes the token and the instrumented copy runs;
+        with no lane in this context, or no token, the frame goes back to the original."""
         h = self.hooks
-        closed, body = Label(), Label()
+        unsampled, body = Label(), Label()
         enter = h.enter_resumable if self.resumable else h.enter
         loc = _NO_LINE
         self._emit(
             False,
-            Instr("LOAD_CONST", h.gate, location=loc),
-            Instr("POP_JUMP_FORWARD_IF_FALSE", closed, location=loc),
+            instrumented,
             Instr("PUSH_NULL", location=loc),
             Instr("LOAD_CONST", h.current, location=loc),
             Instr("PRECALL", 0, location=loc),
             Instr("CALL", 0, location=loc),
             Instr("COPY", 1, location=loc),
-            Instr("POP_JUMP_FORWARD_IF_NONE", body, location=loc),
+            Instr("POP_JUMP_FORWARD_IF_NONE", unsampled, location=loc),
             Instr("PUSH_NULL", location=loc),
             Instr("SWAP", 2, location=loc),
             Instr("LOAD_CONST", enter, location=loc),
@@ -173,82 +178,100 @@ class _Injector:
             Instr("LOAD_CONST", self.fid, location=loc),
             Instr("PRECALL", 2, location=loc),
             Instr("CALL", 2, location=loc),
-            Instr("JUMP_FORWARD", body, location=loc),
-            closed,
-            Instr("LOAD_CONST", None, location=loc),
+            Instr("COPY", 1, location=loc),
+            Instr("POP_JUMP_FORWARD_IF_NOT_NONE", body, location=loc),
+            unsampled,
+            Instr("POP_TOP", location=loc),
+            Instr("JUMP_BACKWARD", plain, location=loc),
             body,
         )
 
     def _hook_call(self, hook: Callable, depth: int | None, location: Any, covered: bool) -> None:
-        """hook(token) if the token is not None; the stack is left as it was."""
+        """hook(token); the stack is left as it was."""
         if depth is None:
-            raise NotInstrumentable("unreachable yield")
-        token_at = depth + 1  # the token sits under `depth` original values
-        skip = Label()
+            raise NotInstrumentable("unreachable yield or return")
         self._emit(
             covered,
-            Instr("COPY", token_at, location=location),
-            Instr("POP_JUMP_FORWARD_IF_NONE", skip, location=location),
             Instr("PUSH_NULL", location=location),
             Instr("LOAD_CONST", hook, location=location),
-            Instr("COPY", token_at + 2, location=location),
+            Instr("COPY", depth + 3, location=location),  # the token, under `depth` values
             Instr("PRECALL", 1, location=location),
             Instr("CALL", 1, location=location),
             Instr("POP_TOP", location=location),
-            skip,
         )
 
-    def _exit_on_return(self, ret: Instr) -> None:
-        """[token, value] -> [value] -> RETURN_VALUE, through exit(token) unless the token is
-        None: a call not recorded pays two instructions (SWAP, JUMP_IF_TRUE_OR_POP: tokens
-        are non-empty tuples and lists). The hook call carries the return's line.
+    def _exit_on_return(self, ret: Instr, depth: int | None) -> None:
+        """[token, value] -> exit(token) -> [value] -> RETURN_VALUE. The hook call carries
+        the return's line.
 
         Not covered by the catch-all: a BaseException from the exit hook must not also
         record an exit by exception.
         """
-        loc = ret.location
-        record = Label()
         hook = self.hooks.exit_resumable if self.resumable else self.hooks.exit
+        self._hook_call(hook, depth, ret.location, covered=False)
         self._emit(
             False,
-            Instr("SWAP", 2, location=loc),
-            Instr("JUMP_IF_TRUE_OR_POP", record, location=loc),
+            Instr("SWAP", 2, location=ret.location),
+            Instr("POP_TOP", location=ret.location),
             ret,
-            record,
-            Instr("PUSH_NULL", location=loc),
-            Instr("SWAP", 2, location=loc),
-            Instr("LOAD_CONST", hook, location=loc),
-            Instr("SWAP", 2, location=loc),
-            Instr("PRECALL", 1, location=loc),
-            Instr("CALL", 1, location=loc),
-            Instr("POP_TOP", location=loc),
-            Instr("RETURN_VALUE", location=loc),
         )
 
     def _handler(self) -> None:
         """Catch-all target: [token, lasti, exc] -> exit_exception(token, exc) -> re-raise
         with the original lasti, so tracebacks keep the instruction that raised."""
-        h = self.hooks
         loc = _NO_LINE
-        skip = Label()
         self._emit(
             False,
             _CATCH_ALL,
-            Instr("COPY", 3, location=loc),
-            Instr("POP_JUMP_FORWARD_IF_NONE", skip, location=loc),
             Instr("PUSH_NULL", location=loc),
-            Instr("LOAD_CONST", h.exit_exception, location=loc),
+            Instr("LOAD_CONST", self.hooks.exit_exception, location=loc),
             Instr("COPY", 5, location=loc),  # token
             Instr("COPY", 4, location=loc),  # exception
             Instr("PRECALL", 2, location=loc),
             Instr("CALL", 2, location=loc),
             Instr("POP_TOP", location=loc),
-            skip,
             Instr("RERAISE", 1, location=loc),
         )
 
 
 _CATCH_ALL = Label()  # placeholder replaced per code object in _with_catch_all
+
+
+def _entry_index(items: list) -> int:
+    """Where the frame starts running: its first RESUME (after a generator's creation)."""
+    for n, item in enumerate(items):
+        if isinstance(item, Instr) and item.name == "RESUME" and item.arg == 0:
+            if any(isinstance(before, (TryBegin, TryEnd)) for before in items[:n]):
+                raise NotInstrumentable("an exception-table entry before the first RESUME")
+            return n
+    raise NotInstrumentable("no RESUME 0 found")
+
+
+def _clone(items: list) -> list:
+    """The instructions again, with their own labels and exception-table entries."""
+    labels: dict[int, Label] = {}
+    entries: dict[int, TryBegin] = {}
+
+    def label(old: Label) -> Label:
+        return labels.setdefault(id(old), Label())
+
+    copy: list[Any] = []
+    for item in items:
+        if isinstance(item, Label):
+            copy.append(label(item))
+        elif isinstance(item, TryBegin):
+            entries[id(item)] = TryBegin(label(item.target), item.push_lasti, item.stack_depth)
+            copy.append(entries[id(item)])
+        elif isinstance(item, TryEnd):
+            copy.append(TryEnd(entries[id(item.entry)]))
+        elif isinstance(item, Instr):
+            twin = item.copy()
+            if isinstance(twin.arg, Label):
+                twin.arg = label(twin.arg)
+            copy.append(twin)
+        else:
+            raise NotInstrumentable(f"unexpected {type(item).__name__} in the instruction list")
+    return copy
 
 
 def _plain_yield(previous: Any) -> bool:

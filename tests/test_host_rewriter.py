@@ -334,6 +334,50 @@ def test_code_tables_unchanged() -> None:
     assert checked == len(functions) > 50
 
 
+def _opcodes(run: Callable[[], Any], code: types.CodeType) -> list[str]:
+    """The instructions frames of `code` execute while `run()` runs (opcode trace events)."""
+    seen: list[str] = []
+
+    def tracer(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code is not code:
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            seen.append(dis.opname[code.co_code[frame.f_lasti]])
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return seen
+
+
+@pytest.mark.parametrize("sample", ["returns", "generator", "delegating", "awaiting"])
+def test_closed_gate_runs_the_original_instructions(sample: str) -> None:
+    """With nothing sampled a call runs its original instructions plus the gate's two at
+    entry: nothing at returns, yields or resumes."""
+    original = globals()[sample]
+    rewritten = rewriter.rewrite(
+        original.__code__, 1, dataclasses.replace(hooks.HOOKS, gate=hooks.Gate())
+    )
+    twin = types.FunctionType(rewritten, original.__globals__, original.__name__)
+
+    def drive(func: Callable) -> Callable[[], Any]:
+        if sample == "awaiting":
+            return lambda: asyncio.run(func())
+        if sample == "returns":
+            return lambda: func(1)
+        return lambda: list(func(3))
+
+    plain = _opcodes(drive(original), original.__code__)
+    closed = _opcodes(drive(twin), rewritten)
+    assert closed[:2] == ["LOAD_CONST", "POP_JUMP_FORWARD_IF_TRUE"]  # after the first RESUME
+    assert closed[2:] == plain
+    assert ("YIELD_VALUE" in plain) == (sample != "returns")  # nothing added around yields
+
+
 def _normalise(value: Any) -> Any:
     """Functions and classes of the two copies differ as objects, not by name."""
     if isinstance(value, dict):
