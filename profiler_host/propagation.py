@@ -5,8 +5,9 @@ A context is captured where work is handed over (task creation, `Thread.start`, 
 executor's `submit`, anyio's `to_thread.run_sync` behind Starlette's `run_in_threadpool`)
 and the work runs inside it with a new lane set: .NET's ExecutionContext Capture/Run. The
 lane starts at the hand-over, so time spent queued in a pool shows before the lane's first
-call. Outside sampled requests every patch costs one ContextVar read.
-`install()`/`uninstall()` are symmetric and idempotent; `install_late()` patches the
+call. The patches go in as a request is sampled (a process that samples nothing runs the
+originals); after that, outside sampled requests every patch costs one ContextVar read.
+`install()`/`uninstall()` are symmetric and idempotent; `install()` also patches the
 modules of the list below that the app has imported since (anyio is not imported here).
 """
 
@@ -161,14 +162,9 @@ def _patch(owner: object, name: str, wrap: Wrap) -> None:
 
 
 def install() -> None:
+    """Called as each request is sampled: a dict lookup per patch once it is in."""
     for owner, name, wrap in _PATCHES:
         _patch(owner, name, wrap)
-    install_late()
-
-
-def install_late() -> None:
-    """Patches what the app imported since `install()` (called as a request is sampled:
-    one dict lookup per module once patched)."""
     for module_name, name, wrap in _MODULE_PATCHES:
         module = sys.modules.get(module_name)
         if module is not None and hasattr(module, name):

@@ -64,8 +64,6 @@ class Profiler:
         else:
             self.finder.install()
             self.instrumenter.sweep()
-        if self.settings.propagate:
-            propagation.install()
         atexit.register(self.stop)
         if self.settings.whole_process:
             self._begin_whole_process()
@@ -113,7 +111,7 @@ class Profiler:
             return None
         request = Request(next(self._ids), route, method, self.settings.max_request_events)
         if self.settings.propagate:
-            propagation.install_late()  # anyio is imported by now, if the app uses it
+            propagation.install()  # anyio is imported by now, if the app uses it
         hooks.ACTIVE.append(request)
         self.transport.start()  # a long request (whole process) streams while it runs
         return request

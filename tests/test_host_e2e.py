@@ -334,3 +334,53 @@ def test_yield_from_resumed_by_a_plain_function_keeps_its_tree(
     outer = first["children"][0]
     assert outer["outcome"] == "return" and outer["suspensions"] == 2
     assert outer["end_ns"] > second["end_ns"]  # open until list() drained it
+
+
+PROPAGATION_SCRIPT = """
+import asyncio
+import threading
+
+import profiler_host
+
+patched = lambda: hasattr(threading.Thread.start, "__wrapped__")  # functools.wraps
+
+
+async def child():
+    await asyncio.sleep(0)
+
+
+async def handler():
+    await asyncio.create_task(child())
+
+
+assert not patched(), "patched before any request was sampled"
+asyncio.run(handler())  # not sampled: nothing to carry
+with profiler_host.profile_request("job", force=True):
+    asyncio.run(handler())
+print("patched" if patched() else "originals")
+"""
+
+
+@pytest.mark.parametrize("propagate", ["true", "false"])
+def test_propagation_patches_wait_for_a_sampled_request_and_can_be_turned_off(
+    server: ServerProcess, tmp_path: Path, propagate: str
+):
+    """A process that samples nothing runs asyncio and threading unpatched; `--propagate
+    false` keeps them so, and a task then records in the lane that created it (the context
+    it inherits) instead of a lane of its own."""
+    script = tmp_path / "tasks.py"
+    script.write_text(PROPAGATION_SCRIPT)
+    command = host(
+        "--server", server.target, "--service", "tasks", "--sample-rate", "0",
+        "--propagate", propagate, "--", sys.executable, str(script),
+    )  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("patched" if propagate == "true" else "originals")
+    (stored,) = eventually(lambda: stored_requests(server.http, service="tasks"), timeout=20)
+    lanes = tree(server, stored["id"])["lanes"]
+    names = [name for lane in lanes for name in functions_of(lane["root"])]
+    assert names.count("__main__:handler") == 1
+    assert names.count("__main__:child") == 1
+    kinds = {lane["kind"] for lane in lanes}  # asyncio.run's own tasks are lanes too
+    assert kinds == ({"main", "task"} if propagate == "true" else {"main"})

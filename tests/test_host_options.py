@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import re
 
 import pytest
 
@@ -54,6 +56,24 @@ def test_route_shapes_fold_ids():
     assert route_shape("/orders/17/items/3") == "/orders/:id/items/:id"
     assert route_shape("/users/3f2c9a1e-8b7d-4c2a-9e1f-0a1b2c3d4e5f") == "/users/:id"
     assert route_shape("/products/export") == "/products/export"
+    assert route_shape("/blobs/deadbeefdeadbeef/x") == "/blobs/:id/x"  # 16 hex characters
+    assert route_shape("/blobs/deadbeefdeadbee/x") == "/blobs/deadbeefdeadbee/x"  # 15
+    assert route_shape("/v2/items/") == "/v2/items/"
+    assert route_shape("/reports/2024-Q1/٣") == "/reports/2024-Q1/:id"  # a Unicode digit
+
+
+def test_route_shapes_follow_the_documented_pattern_on_random_paths():
+    """Numbers, and hex ids of 16+ characters, as the README's id pattern says."""
+    pattern = re.compile(r"^(\d+|[0-9a-fA-F-]{16,})$")
+    rng = random.Random(7)
+    alphabet = "0123456789abcdefxyzABCDEF-_.٣"
+    for _ in range(5000):
+        segments = [
+            "".join(rng.choice(alphabet) for _ in range(rng.choice((0, 1, 3, 15, 16, 17, 36))))
+            for _ in range(rng.randint(1, 5))
+        ]
+        expected = "/".join(":id" if pattern.match(seg) else seg for seg in segments)
+        assert route_shape("/".join(segments)) == expected
 
 
 class FakeClock:
