@@ -346,6 +346,21 @@ now_ns(void)
     return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
 }
 
+/* PyLong_AsLongLong without its detour through a byte array for ints of more than one
+ * 30-bit digit (every nanosecond timestamp, on CPython 3.11): -1 with an error set when
+ * `value` is not an int or does not fit in 64 bits. */
+static inline long long
+as_int64(PyObject *value)
+{
+    int overflow;
+    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "an event value beyond 64 bits");
+        return -1;
+    }
+    return result;
+}
+
 /* record((first, call, ns)) through `record`; straight into the buffer when `record` is
  * the lane's own buffer.extend. Borrows all arguments. */
 static int
@@ -388,7 +403,7 @@ record_kind(LaneCore *lane, PyObject *record, PyObject *fk, int kind, PyObject *
 {
     PyObject *first;
     int rc;
-    long long packed = PyLong_AsLongLong(fk);
+    long long packed = as_int64(fk);
     if (packed == -1 && PyErr_Occurred())
         return -1;
     first = PyLong_FromLongLong(packed | kind);
@@ -668,7 +683,7 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject 
         Py_DECREF(lane_obj);
         return 0;
     }
-    fid = PyLong_AsLongLong(fid_arg);
+    fid = as_int64(fid_arg);
     if (fid == -1 && PyErr_Occurred())
         goto fail;
     fk = PyLong_FromLongLong(fid << KIND_BITS);
@@ -771,7 +786,7 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
     if (rc <= 0)
         return rc;
     rc = 0;
-    cid = PyLong_AsLongLong(call);
+    cid = as_int64(call);
     if (cid == -1 && PyErr_Occurred())
         return -1;
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
@@ -784,7 +799,7 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
             rc = -1;
             break;
         }
-        stamp = PyLong_AsLongLong(PyList_GET_ITEM(above, TOKEN_STAMP));
+        stamp = as_int64(PyList_GET_ITEM(above, TOKEN_STAMP));
         if (stamp == -1 && PyErr_Occurred())
             rc = -1;
         else if (stamp <= cid)
@@ -1106,7 +1121,7 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     have_previous = args[3] != Py_None;
     if (have_previous) {
-        previous = PyLong_AsLongLong(args[3]);
+        previous = as_int64(args[3]);
         if (previous == -1 && PyErr_Occurred())
             return NULL;
     }
@@ -1122,9 +1137,9 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     for (i = 0; i < n; i++) {
         PyObject *const *event = &PyList_GET_ITEM(buffer, start + 3 * i);
-        long long packed = PyLong_AsLongLong(event[0]);
-        long long call = PyLong_AsLongLong(event[1]);
-        long long ns = PyLong_AsLongLong(event[2]);
+        long long packed = as_int64(event[0]);
+        long long call = as_int64(event[1]);
+        long long ns = as_int64(event[2]);
         unsigned long long delta;
         if ((packed == -1 || call == -1 || ns == -1) && PyErr_Occurred())
             goto fail;

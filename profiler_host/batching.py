@@ -33,8 +33,8 @@ _PACKED_FIELDS = tuple(_EVENTS[name].number for name in ("function", "call", "ti
 class PackedColumns:
     """Lane buffers as the wire's columns, in C: `_hotpath.pack` appends the packed-varint
     payloads of `Events.function`, `.call` and `.time_delta` straight from the buffers, and
-    the message takes them in one `MergeFromString` (parsed by protobuf's C runtime). No int
-    object is made per value, as filling the repeated fields from lists would."""
+    they go out as serialized fields (`BatchBuilder.payload`). No int object is made per
+    value, as filling the repeated fields from lists would."""
 
     def __init__(self) -> None:
         from profiler_host import _hotpath
@@ -64,17 +64,15 @@ class PackedColumns:
         self.run_lane.append(lane_id)
         self.run_length.append(count)
 
-    def write(self, events: ingest_pb2.Events) -> None:
+    def write(self, events: ingest_pb2.Events) -> bytes:
         events.base_ns = self.base or 0
         events.run_request.extend(self.run_request)
         events.run_lane.extend(self.run_lane)
         events.run_length.extend(self.run_length)
         events.kind = bytes(self.kinds)
-        events.MergeFromString(
-            b"".join(
-                framing.field(number, payload)
-                for number, payload in zip(_PACKED_FIELDS, self.payloads, strict=True)
-            )
+        return b"".join(
+            framing.field(number, payload)
+            for number, payload in zip(_PACKED_FIELDS, self.payloads, strict=True)
         )
 
 

@@ -289,7 +289,7 @@ class Transport:
         if builder.empty:
             return
         self._seq += 1
-        payload = builder.message(self._seq).SerializeToString()
+        payload = builder.payload(self._seq)
         with self._lock:
             self._backlog[self._seq] = payload
             self.backlog_bytes += len(payload)

@@ -40,6 +40,7 @@ import numpy as np
 import pytest
 
 from profiler_core.wire import ingest_pb2
+from profiler_core.wire.builder import BatchBuilder
 from profiler_host import hooks, recording, rewriter, stackdepth
 from profiler_server.assembly.builder import assemble
 from profiler_server.assembly.events import Run
@@ -667,9 +668,9 @@ def test_c_lane_buffers_are_not_walked_by_the_garbage_collector() -> None:
 
 @pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
 def test_c_packed_events_match_the_python_ones() -> None:
-    """The batch's Events written by `_hotpath.pack` equal the Python columns' message:
-    several lanes' runs, times going back between lanes, ids and deltas of every varint
-    length."""
+    """The batch the transport sends with `_hotpath.pack`'s fields appended as bytes parses
+    to the Python columns' message: several lanes' runs, times going back between lanes,
+    ids and deltas of every varint length."""
     from profiler_host.batching import PackedColumns, PyLaneColumns
 
     rng = random.Random(7)
@@ -682,19 +683,22 @@ def test_c_packed_events_match_the_python_ones() -> None:
             fid = rng.choice((0, 1, 2**4, 2**11, 2**26))
             buffer += [fid << recording.KIND_BITS | rng.choice((ENTER, EXIT, RESUME)), call, now]
         lanes.append((lane, buffer))
-    python, packed = PyLaneColumns(), PackedColumns()
-    for lane, buffer in lanes:
-        for columns in (python, packed):
-            columns.add_buffer(9, lane, buffer, 0, len(buffer))
-            columns.add_buffer(9, lane, buffer, 3, 3)  # an empty run adds nothing
-    written = []
-    for columns in (python, packed):
-        events = ingest_pb2.Events()
-        columns.write(events)
-        written.append(events)
-    assert len(packed) == len(python) == len(written[0].kind) > 0
-    assert written[1] == written[0]
-    assert written[1].SerializeToString() == written[0].SerializeToString()
+
+    def batch(columns: type) -> BatchBuilder:
+        builder = BatchBuilder(columns())
+        builder.start(9, "/r", "GET", 2**40)
+        for lane, buffer in lanes:
+            builder.events.add_buffer(9, lane, buffer, 0, len(buffer))
+            builder.events.add_buffer(9, lane, buffer, 3, 3)  # an empty run adds nothing
+        builder.end(9, 2**41, 200)
+        return builder
+
+    python, packed = batch(PyLaneColumns), batch(PackedColumns)
+    sent = [ingest_pb2.HostMessage.FromString(b.payload(4)) for b in (python, packed)]
+    assert packed.event_count == python.event_count == len(sent[0].batch.events.kind) > 0
+    assert sent[1] == sent[0]
+    assert sent[0].batch == batch(PyLaneColumns).build(4)
+    assert batch(PackedColumns).build(4) == sent[0].batch  # the fields merged in
     from profiler_host import _hotpath
 
     out = [bytearray() for _ in range(4)]
@@ -704,6 +708,8 @@ def test_c_packed_events_match_the_python_ones() -> None:
             _hotpath.pack(buffer, start, stop, None, *out)
     with pytest.raises(TypeError):
         _hotpath.pack([None, 1, 2, 8, 1, 2], 0, 6, None, *out)
+    with pytest.raises(OverflowError):
+        _hotpath.pack([8, 1, 2, 8, 1, 2**64], 0, 6, None, *out)
     assert out == [bytearray()] * 4  # nothing half-written stays
 
 

@@ -45,7 +45,7 @@ class EventColumns:
         self.calls += calls
         self.times += times
 
-    def write(self, events: ingest_pb2.Events) -> None:
+    def write(self, events: ingest_pb2.Events) -> bytes:
         base = self.times[0] if self.times else 0
         events.base_ns = base
         events.run_request.extend(self.run_request)
@@ -55,3 +55,4 @@ class EventColumns:
         events.function.extend(self.functions)
         events.call.extend(self.calls)
         events.time_delta.extend(map(operator.sub, self.times, [base, *self.times[:-1]]))
+        return b""

@@ -1,6 +1,7 @@
 """Protocol Buffers framing of a packed repeated field whose payload was encoded in bulk
 (by the host's C packer or the server's NumPy encoder): the runtime would take ~30 ns per
-value to fill the field from a Python list."""
+value to fill the field from a Python list. The same framing makes an embedded message of
+serialized fields, which a parser merges into the field's other occurrences."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def varint(value: int) -> bytes:
 
 
 def field(number: int, payload: bytes | bytearray) -> bytes:
-    """A packed repeated field (nothing when empty, as protobuf writes it)."""
+    """A length-delimited field, packed repeated or embedded message (nothing when empty,
+    as protobuf writes it)."""
     if not payload:
         return b""
     return varint(number << 3 | _LENGTH_DELIMITED) + varint(len(payload)) + payload
