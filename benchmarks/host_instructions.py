@@ -20,6 +20,11 @@ setups run with `--code-cache off` (all lives rewrite the same code at start-up)
 `--flush-interval 10s` (a batch then holds about as many requests as 0.2 s does at full
 speed).
 
+The cyclic garbage collector's share (the inclusive cost of CPython's `gc_collect_main`) is
+counted apart too: full collections come in lumps of ~15M instructions, and a setup that
+changes the heap's size (the host imports gRPC and protobuf: ~9,000 more tracked objects)
+shifts when they fall, so `ratio outside collector` is the steadier comparison.
+
 Instructions are not cycles (cache misses and branch mispredictions are not counted), and
 only deterministic profilers can be compared: a time-based sampler (pyinstrument, py-spy)
 would take ~50x more samples per request in a process slowed down by valgrind.
@@ -35,9 +40,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import statistics
+import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +145,27 @@ def _instructions(out: Path, pid: int) -> int:
     raise RuntimeError(f"callgrind wrote no total for {pid} in {out}")
 
 
+_COLLECTOR = re.compile(r"^\s*([\d,]+) \(.*?\)\s+\S*:gc_collect_main\b")
+
+
+def _collector_instructions(out: Path, pid: int) -> int:
+    """What the cyclic garbage collector cost process `pid`, all it ran included (the
+    inclusive cost of CPython's gc_collect_main, whose inlined parts callgrind lists
+    under their own source files)."""
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out / f"cg.{pid}")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    return sum(
+        int(match.group(1).replace(",", ""))
+        for match in map(_COLLECTOR.match, annotated.splitlines())
+        if match
+    )
+
+
 @dataclass(frozen=True)
 class Life:
     """What one life of a worker does after its warm-up: serve `requests` more requests,
@@ -185,6 +214,7 @@ def life(
         process.stop()
     figure = {
         "instructions": _instructions(out, process.worker),
+        "collector_instructions": _collector_instructions(out, process.worker),
         "wall_after_warmup": round(wall, 2),
         "recorded_after_warmup": recorded,
     }
@@ -206,20 +236,30 @@ def _lives(requests: int) -> tuple[Life, Life, Life]:
     return Life("short", 0, 0.0), Life("long", requests, 0.0), Life("idle", 0, IDLE)
 
 
-def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
-    """Instructions per request, and per second of idling: the long life minus the short
-    one, less the idle rate (from the idle life) times the wall time the long life took
-    longer. Timers tick while a worker serves too (uvicorn's 0.1 s tick, gunicorn's
-    heartbeat, the host's flushes), and under callgrind a request takes ~50x longer, so
-    without this a slower setup would be charged ~50x its timers' real share."""
-    short, long, idle = (lives[setup.key, one.name] for one in _lives(requests))
-    rate = (idle["instructions"] - short["instructions"]) / (
-        idle["wall_after_warmup"] - short["wall_after_warmup"]
-    )
-    extra = long["instructions"] - short["instructions"]
+def _differenced(short: dict, long: dict, idle: dict, requests: int, count: Callable) -> tuple:
+    """Per request and per second of idling: the long life minus the short one, less the
+    idle rate (from the idle life) times the wall time the long life took longer. Timers
+    tick while a worker serves too (uvicorn's 0.1 s tick, gunicorn's heartbeat, the host's
+    flushes), and under callgrind a request takes ~50x longer, so without this a slower
+    setup would be charged ~50x its timers' real share."""
+    rate = (count(idle) - count(short)) / (idle["wall_after_warmup"] - short["wall_after_warmup"])
     slower = long["wall_after_warmup"] - short["wall_after_warmup"]
+    return (count(long) - count(short) - rate * slower) / requests, rate
+
+
+def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
+    """Instructions per request, with and without the cyclic collector's. The collector
+    is lumpy: a full collection walks every tracked object (~40,000 in these workers,
+    ~15M instructions), so one more or one fewer in a life moves its figure by ~0.5% at
+    200 requests; its own column shows it."""
+    short, long, idle = (lives[setup.key, one.name] for one in _lives(requests))
+    per_request, rate = _differenced(short, long, idle, requests, lambda one: one["instructions"])
+    collector, _ = _differenced(
+        short, long, idle, requests, lambda one: one["collector_instructions"]
+    )
     return {
-        "per_request": (extra - rate * slower) / requests,
+        "per_request": per_request,
+        "collector_per_request": collector,
         "idle_per_second": rate,
         "recorded_per_request": long["recorded_after_warmup"] / requests,
         "lives": {"short": short, "long": long, "idle": idle},
@@ -253,27 +293,44 @@ def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
                 }
                 lives = {key: future.result() for key, future in futures.items()}
     figures = {setup.name: _per_request(lives, setup, requests) for setup in setups}
-    base = figures[NONE]["per_request"]
+    for figure in figures.values():
+        figure["outside_collector_per_request"] = (
+            figure["per_request"] - figure["collector_per_request"]
+        )
     if composes:
         figures[DEFAULT_COMPOSED] = {
-            "per_request": overhead.at_default_rate(
-                figures[UNSAMPLED]["per_request"], figures[host_app.EVERY]["per_request"], rate
-            ),
-            "sampled_share": round(overhead.sampled_share(rate), 5),
-            "full_speed_requests_per_second": round(rate, 1),
+            key: overhead.at_default_rate(
+                figures[UNSAMPLED][key], figures[host_app.EVERY][key], rate
+            )
+            for key in ("per_request", "collector_per_request", "outside_collector_per_request")
         }
+        figures[DEFAULT_COMPOSED]["sampled_share"] = round(overhead.sampled_share(rate), 5)
+        figures[DEFAULT_COMPOSED]["full_speed_requests_per_second"] = round(rate, 1)
+    base = figures[NONE]
     for figure in figures.values():
-        figure["ratio"] = round(base / figure["per_request"], 4)
+        figure["ratio"] = round(base["per_request"] / figure["per_request"], 4)
+        figure["ratio_outside_collector"] = round(
+            base["outside_collector_per_request"] / figure["outside_collector_per_request"], 4
+        )
     rows = [
         (
             setup,
             f"{one['per_request']:,.0f}",
             f"{one['ratio']:.4f}",
+            f"{one['collector_per_request']:,.0f}",
+            f"{one['ratio_outside_collector']:.4f}",
             f"{one['idle_per_second']:,.0f}" if "idle_per_second" in one else "-",
         )
         for setup, one in figures.items()
     ]
-    headers = ("setup", "instructions/request", "ratio to none", "idle instructions/s")
+    headers = (
+        "setup",
+        "instructions/request",
+        "ratio to none",
+        "of which collector",
+        "ratio outside collector",
+        "idle instructions/s",
+    )
     print(results.table(headers, rows))
     if composes:
         print(f"sampled share at the default rate: {figures[DEFAULT_COMPOSED]['sampled_share']}")
