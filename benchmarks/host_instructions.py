@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,15 +235,15 @@ def _lives(requests: int) -> tuple[Life, Life, Life]:
     return Life("short", 0, 0.0), Life("long", requests, 0.0), Life("idle", 0, IDLE)
 
 
-def _differenced(short: dict, long: dict, idle: dict, requests: int, count: Callable) -> tuple:
+def _differenced(short: dict, long: dict, idle: dict, requests: int, key: str) -> tuple:
     """Per request and per second of idling: the long life minus the short one, less the
     idle rate (from the idle life) times the wall time the long life took longer. Timers
     tick while a worker serves too (uvicorn's 0.1 s tick, gunicorn's heartbeat, the host's
     flushes), and under callgrind a request takes ~50x longer, so without this a slower
     setup would be charged ~50x its timers' real share."""
-    rate = (count(idle) - count(short)) / (idle["wall_after_warmup"] - short["wall_after_warmup"])
+    rate = (idle[key] - short[key]) / (idle["wall_after_warmup"] - short["wall_after_warmup"])
     slower = long["wall_after_warmup"] - short["wall_after_warmup"]
-    return (count(long) - count(short) - rate * slower) / requests, rate
+    return (long[key] - short[key] - rate * slower) / requests, rate
 
 
 def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
@@ -253,13 +252,12 @@ def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
     ~15M instructions), so one more or one fewer in a life moves its figure by ~0.5% at
     200 requests; its own column shows it."""
     short, long, idle = (lives[setup.key, one.name] for one in _lives(requests))
-    per_request, rate = _differenced(short, long, idle, requests, lambda one: one["instructions"])
-    collector, _ = _differenced(
-        short, long, idle, requests, lambda one: one["collector_instructions"]
-    )
+    per_request, rate = _differenced(short, long, idle, requests, "instructions")
+    collector, _ = _differenced(short, long, idle, requests, "collector_instructions")
     return {
         "per_request": per_request,
         "collector_per_request": collector,
+        "outside_collector_per_request": per_request - collector,
         "idle_per_second": rate,
         "recorded_per_request": long["recorded_after_warmup"] / requests,
         "lives": {"short": short, "long": long, "idle": idle},
@@ -293,10 +291,6 @@ def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
                 }
                 lives = {key: future.result() for key, future in futures.items()}
     figures = {setup.name: _per_request(lives, setup, requests) for setup in setups}
-    for figure in figures.values():
-        figure["outside_collector_per_request"] = (
-            figure["per_request"] - figure["collector_per_request"]
-        )
     if composes:
         figures[DEFAULT_COMPOSED] = {
             key: overhead.at_default_rate(
