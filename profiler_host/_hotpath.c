@@ -27,10 +27,11 @@ enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4, EXIT_CA
 /* a resumable token: [lane, fk, call, suspended, stamp] */
 enum { TOKEN_LANE, TOKEN_FK, TOKEN_CALL, TOKEN_SUSPENDED, TOKEN_STAMP, TOKEN_SIZE };
 
-/* Set by configure(): hooks._own_lane, hooks._failed and hooks._RUNNING. */
+/* Set by configure(): hooks._own_lane, hooks._failed, hooks._RUNNING, recording.CURRENT. */
 static PyObject *own_lane_cb = NULL;
 static PyObject *failed_cb = NULL;
 static PyObject *running = NULL; /* dict: lane -> list of resumable tokens, oldest first */
+static PyObject *current_var = NULL; /* ContextVar: the lane of this context, or None */
 static PyObject *cancelled_module = NULL; /* "asyncio.exceptions" */
 static PyObject *cancelled_error = NULL;  /* its CancelledError, once it is imported */
 
@@ -1175,19 +1176,36 @@ fail: { /* nothing half-written stays */
     return NULL;
 }
 
-/* configure(own_lane, failed, running): the Python parts the hooks call back into */
+/* current() -> the lane of this context or None: the open gate's first call. A module
+   function rather than the ContextVar's bound `get`, so that code holding it as a constant
+   pickles by value (a ContextVar cannot be pickled; a module function pickles by name). */
+static PyObject *
+hp_current(PyObject *module, PyObject *unused)
+{
+    PyObject *lane = NULL;
+    if (current_var == NULL)
+        Py_RETURN_NONE;
+    if (PyContextVar_Get(current_var, Py_None, &lane) < 0)
+        return NULL;
+    return lane;
+}
+
+/* configure(own_lane, failed, running, current): the Python parts the hooks call back into */
 static PyObject *
 hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_nargs("configure", nargs, 3) < 0)
+    if (check_nargs("configure", nargs, 4) < 0)
         return NULL;
-    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "configure(own_lane, failed, running: dict)");
+    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_Check(args[2]) ||
+        !PyContextVar_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(own_lane, failed, running: dict, current: ContextVar)");
         return NULL;
     }
     Py_XSETREF(own_lane_cb, Py_NewRef(args[0]));
     Py_XSETREF(failed_cb, Py_NewRef(args[1]));
     Py_XSETREF(running, Py_NewRef(args[2]));
+    Py_XSETREF(current_var, Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
 
@@ -1206,8 +1224,9 @@ static PyMethodDef methods[] = {
      "resume_delegated(token): after yield from / await"},
     {"pack", (PyCFunction)(void (*)(void))hp_pack, METH_FASTCALL,
      "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
+    {"current", hp_current, METH_NOARGS, "current() -> the lane of this context or None"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
-     "configure(own_lane, failed, running)"},
+     "configure(own_lane, failed, running, current)"},
     {NULL},
 };
 

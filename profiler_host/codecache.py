@@ -6,7 +6,7 @@ the gate), and function ids differ between processes. So the cache stores the mo
 rewritten code with every hook constant replaced by a marker string and, per code object in
 a fixed walk order, the index of its function-id constant. Loading swaps the hooks back in
 and registers fresh ids. Entries are keyed by the original code's marshalled bytes, the
-Python version and the rewriter's own source, so any change to either misses; a module whose
+Python version and the rewriter's own sources, so any change to either misses; a module whose
 layout cannot be recorded exactly is simply not cached. Every failure here means a miss.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import fields
 from pathlib import Path
 from types import CodeType
 
-from profiler_host import rewriter
+from profiler_host import codetables, rewriter
 
 log = logging.getLogger("profiler_host")
 
@@ -32,7 +32,7 @@ _FORMAT = 1
 
 
 def _rewriter_fingerprint() -> bytes:
-    source = Path(rewriter.__file__).read_bytes()
+    source = b"".join(Path(m.__file__).read_bytes() for m in (rewriter, codetables))
     return hashlib.sha256(source + sys.version.encode() + bytes([_FORMAT])).digest()
 
 

@@ -47,10 +47,16 @@ EXIT_CANCELLED = int(EventKind.EXIT_CANCELLED)
 class Gate(list):
     """The sampled requests in flight; truthy (at C speed) while there is one.
 
-    Hashable by identity so code objects holding it as a constant stay hashable.
+    Hashable by identity so code objects holding it as a constant stay hashable. Pickled
+    (with code pickled by value: cloudpickle, dill) it becomes an empty tuple: a gate closed
+    for good, so the loaded code runs its original instructions wherever it lands, and no
+    request in flight is pickled.
     """
 
     __hash__ = object.__hash__
+
+    def __reduce__(self) -> tuple:
+        return (tuple, ())
 
 
 ACTIVE = Gate()
@@ -281,9 +287,15 @@ def resume_delegated(token: list) -> None:
         _failed()
 
 
+def current() -> recording.Lane | None:
+    """The lane of this context (a module function, not the ContextVar's bound `get`: code
+    holding its hooks as constants must pickle by value, and a ContextVar cannot)."""
+    return recording.CURRENT.get()
+
+
 PYTHON_HOOKS = Hooks(
     gate=ACTIVE,
-    current=recording.CURRENT.get,
+    current=current,
     enter=enter,
     enter_resumable=enter_resumable,
     exit=exit,
@@ -317,10 +329,10 @@ def ready(lane: recording.Lane) -> None:
 def _c_hooks() -> Hooks:
     from profiler_host import _hotpath
 
-    _hotpath.configure(_own_lane, _failed, _RUNNING)
+    _hotpath.configure(_own_lane, _failed, _RUNNING, recording.CURRENT)
     return Hooks(
         gate=ACTIVE,
-        current=recording.CURRENT.get,
+        current=_hotpath.current,
         enter=_hotpath.enter,
         enter_resumable=_hotpath.enter_resumable,
         exit=_hotpath.exit,

@@ -8,8 +8,8 @@ instrumented copy. A frame that takes the copy keeps a *token* at the bottom of 
 stack, what the enter hook returned; every RETURN_VALUE, every yield, every resume after a
 yield and a catch-all exception handler hand it to a hook. A frame whose context holds no
 sampled lane, or whose enter hook declines, goes back to the original copy. See
-DESIGN.md §4 for why each step is where it is; `stackdepth` re-checks every result, and a
-code object that fails keeps its original.
+docs/host.md for why each step is where it is; `stackdepth` and `codetables` re-check
+every result, and a code object that fails keeps its original.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from bytecode import Bytecode, ConcreteBytecode, Instr, Label, TryBegin, TryEnd
 from bytecode.concrete import _ConvertBytecodeToConcrete
 from bytecode.instr import InstrLocation
 
-from profiler_host import stackdepth
+from profiler_host import codetables, stackdepth
 
 SUPPORTED = (3, 11)
 
@@ -59,9 +59,12 @@ class Hooks:
 
 class FunctionId(int):
     """The function-id constant: its own type, so it never shares a co_consts slot with an
-    equal user constant (the code cache replaces it by position)."""
+    equal user constant (the code cache replaces it by position). Pickles as a plain int."""
 
     __slots__ = ()
+
+    def __reduce__(self) -> tuple:
+        return (int, (int(self),))
 
 
 class NotInstrumentable(Exception):
@@ -86,6 +89,7 @@ def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
     fid = FunctionId(function_id)
     _Injector(bc, hooks, fid, resumable, _depth_by_position(code, before)).run()
     rewritten = _to_code(bc, code, stacksize=code.co_stacksize + 8)
+    codetables.check(rewritten)
     stackdepth.check(rewritten)
     return rewritten.replace(co_stacksize=max(stackdepth.depths(rewritten).values()))
 
@@ -342,10 +346,28 @@ class _KeepTables(_ConvertBytecodeToConcrete):
             self.add_varname(name)
 
 
+class _Locations(ConcreteBytecode):
+    """Writes the location table with `codetables.location_entry` (see there why)."""
+
+    def _pack_location(
+        self, buf: bytearray, size: int, lineno: int, location: InstrLocation | None
+    ) -> None:
+        if location is None:  # bytecode's convention: the previous entry's line
+            line, end_line, column, end_column = lineno, None, None, None
+        else:
+            line, end_line = location.lineno, location.end_lineno
+            column, end_column = location.col_offset, location.end_col_offset
+        delta = 0 if line is None else line - lineno
+        buf.extend(
+            codetables.location_entry(min(size, 8), delta, end_line, column, end_column, line)
+        )
+
+
 def _to_code(bc: Bytecode, original: CodeType, stacksize: int) -> CodeType:
     concrete: ConcreteBytecode = _KeepTables(bc, original).to_concrete_bytecode(
         compute_exception_stack_depths=False
     )
+    concrete.__class__ = _Locations
     code = concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
     for table in ("co_consts", "co_names", "co_varnames", "co_cellvars", "co_freevars"):
         kept = getattr(original, table)

@@ -3,7 +3,7 @@
 The rewriter uses it twice: on the original code, to know how deep the per-call token
 sits under each yield; on the rewritten code, to refuse any result whose depths disagree at
 a merge point or whose exception handlers would pop below the token. `bytecode`'s own
-depth computation is not trusted for this on 3.11 (see DESIGN.md §4).
+depth computation is not trusted for this on 3.11 (see docs/host.md).
 """
 
 from __future__ import annotations

@@ -437,7 +437,7 @@ print(len(req.main.events))
 
 
 def test_except_as_in_finally_loop_does_not_crash(plain) -> None:
-    """`except ... as name` in try/finally with `continue` in the finally (DESIGN.md §4):
+    """`except ... as name` in try/finally with `continue` in the finally (docs/host.md):
     wrong handler depths segfault here, so it runs in its own process."""
     done = subprocess.run(
         [sys.executable, "-c", SUBPROCESS_SCRIPT],

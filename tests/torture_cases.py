@@ -613,8 +613,19 @@ def break_in_finally():
     return total
 
 
+def case_wide_columns():
+    """Instructions past columns 127 and 255 (a long f-string, a lookup that fails there):
+    their locations take the line table's long form. `bytecode` wrote them as raw bytes
+    that read as entry headers: a table longer than the code, heap corruption once traced."""
+    value = 7
+    text = f"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{value!r}"  # noqa: E501
+    table = {"present": text}
+    found = [table["present"], f"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{value + 1}"] + [table["yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"]]  # noqa: E501, RUF005 # fmt: skip
+    return found
+
+
 def except_as_in_finally_loop(n: int) -> list:
-    """The case that segfaulted with `bytecode`'s own handler depths (DESIGN.md §4)."""
+    """The case that segfaulted with `bytecode`'s own handler depths (docs/host.md)."""
     seen = []
     for i in range(n):
         try:
