@@ -964,7 +964,9 @@ set_running(PyObject *token, LaneCore *lane)
     return running_push((PyObject *)lane, token);
 }
 
-/* A resumable call's exit: the calls above it on the lane are suspended first. */
+/* A resumable call's exit: the calls above it on the lane are suspended first. A frame
+ * still marked suspended was resumed by an exception thrown in (or by its delegate
+ * returning on one) with no hook: its RESUME comes first (hooks._exit_resumable). */
 static PyObject *
 exit_resumable(PyObject *token, int kind)
 {
@@ -974,6 +976,11 @@ exit_resumable(PyObject *token, int kind)
         return failed(Py_None);
     hold(&r, 1);
     rc = resume_thrown(r.lane, r.ns);
+    if (rc == 0 && PyList_GET_ITEM(token, TOKEN_SUSPENDED) == Py_True) {
+        rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
+        if (rc == 0)
+            rc = set_suspended(token, Py_False);
+    }
     if (rc == 0)
         rc = running_pop(r.lane, token, r.ns);
     if (rc == 0)
@@ -1049,6 +1056,32 @@ hp_resume_delegated(PyObject *module, PyObject *token)
         rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
     if (rc == 0)
         rc = set_running(token, r.lane);
+    hold(&r, 0);
+    if (rc < 0)
+        return failed(Py_None);
+    Py_RETURN_NONE;
+}
+
+/* thrown(token): an exception handler of a generator or coroutine starts; a suspended frame
+ * was resumed by the exception thrown in, with no hook: it runs from now (hooks.thrown) */
+static PyObject *
+hp_thrown(PyObject *module, PyObject *token)
+{
+    Resumable r;
+    int rc;
+    if (unpack(token, &r) < 0)
+        return failed(Py_None);
+    if (!r.suspended) {
+        Py_DECREF(r.ns);
+        Py_RETURN_NONE;
+    }
+    hold(&r, 1);
+    rc = resume_thrown(r.lane, r.ns);
+    if (rc == 0 && PyList_GET_ITEM(token, TOKEN_SUSPENDED) == Py_True) {
+        rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
+        if (rc == 0)
+            rc = set_running(token, r.lane);
+    }
     hold(&r, 0);
     if (rc < 0)
         return failed(Py_None);
@@ -1222,6 +1255,8 @@ static PyMethodDef methods[] = {
     {"resume", hp_resume, METH_O, "resume(token): after a plain yield"},
     {"resume_delegated", hp_resume_delegated, METH_O,
      "resume_delegated(token): after yield from / await"},
+    {"thrown", hp_thrown, METH_O,
+     "thrown(token): an exception handler of a generator or coroutine starts"},
     {"pack", (PyCFunction)(void (*)(void))hp_pack, METH_FASTCALL,
      "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
     {"current", hp_current, METH_NOARGS, "current() -> the lane of this context or None"},

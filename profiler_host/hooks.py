@@ -201,9 +201,14 @@ def exit(token: tuple) -> None:
 
 
 def _exit_resumable(token: list, kind: int) -> None:
+    """A frame still marked suspended was resumed by an exception thrown in (or by its
+    delegate returning on one) with no hook: its RESUME comes first."""
     now = monotonic_ns()
     lane = token[0]
     _resume_thrown(lane, now)
+    if token[3]:
+        lane.record((token[1] | RESUME, token[2], now))
+        token[3] = False
     _running_pop(token, now)
     lane.record((token[1] | kind, token[2], now))
 
@@ -287,6 +292,25 @@ def resume_delegated(token: list) -> None:
         _failed()
 
 
+def thrown(token: list) -> None:
+    """An exception handler of a generator or coroutine starts. When the frame was suspended,
+    the exception thrown in (`throw()`, `athrow()`, `close()`, a cancelled await) resumed it
+    without a hook: it runs from now, so what the handler calls nests under it."""
+    try:
+        if not token[3]:
+            return
+        lane = token[0]
+        now = monotonic_ns()
+        _resume_thrown(lane, now)  # a woken await chain it belongs to resumes whole
+        if token[3]:  # suspended at a plain yield
+            lane.record((token[1] | RESUME, token[2], now))
+            token[3] = False
+            _stamp(token)
+            _running_push(token)
+    except Exception:
+        _failed()
+
+
 def current() -> recording.Lane | None:
     """The lane of this context (a module function, not the ContextVar's bound `get`: code
     holding its hooks as constants must pickle by value, and a ContextVar cannot)."""
@@ -304,6 +328,7 @@ PYTHON_HOOKS = Hooks(
     suspend=suspend,
     resume=resume,
     resume_delegated=resume_delegated,
+    thrown=thrown,
 )
 
 
@@ -341,6 +366,7 @@ def _c_hooks() -> Hooks:
         suspend=_hotpath.suspend,
         resume=_hotpath.resume,
         resume_delegated=_hotpath.resume_delegated,
+        thrown=_hotpath.thrown,
     )
 
 

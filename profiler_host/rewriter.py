@@ -55,6 +55,7 @@ class Hooks:
     suspend: Callable[[Any], None]  # before a plain yield
     resume: Callable[[Any], None]  # after a plain yield
     resume_delegated: Callable[[Any], None]  # after a yield from / await gave control away
+    thrown: Callable[[Any], None]  # an exception handler of a generator or coroutine starts
 
 
 class FunctionId(int):
@@ -128,10 +129,14 @@ class _Injector:
         plain, instrumented = Label(), Label()
         self._entry(plain, instrumented)
         copy = _clone(body)
+        handlers = _handler_depths(copy) if self.resumable else {}
         previous: Any = items[start]
         for n, item in enumerate(copy):
             if not isinstance(item, Instr):
                 self.out.append((item, True))
+                if id(item) in handlers:
+                    location = _next_location(copy, n)
+                    self._hook_call(self.hooks.thrown, handlers[id(item)], location, True)
                 continue
             position += 1
             depth = self.depths[position]
@@ -276,6 +281,20 @@ def _clone(items: list) -> list:
         else:
             raise NotInstrumentable(f"unexpected {type(item).__name__} in the instruction list")
     return copy
+
+
+def _handler_depths(items: list) -> dict[int, int]:
+    """id(handler label) -> the stack depth its handler starts with (below the token).
+
+    A generator or coroutine suspended at a yield resumes with no hook when an exception is
+    thrown in (`throw()`, `athrow()`, `close()`, a cancelled await): a handler that catches
+    it runs (and calls) before any other hook of the frame, so each handler starts with the
+    `thrown` hook, which records the resume then (nothing when the frame was running)."""
+    return {
+        id(item.target): item.stack_depth + int(item.push_lasti) + 1
+        for item in items
+        if isinstance(item, TryBegin)
+    }
 
 
 def _plain_yield(previous: Any) -> bool:

@@ -192,8 +192,23 @@ def check_events(req: recording.Request, functions: dict[int, types.CodeType]) -
         assert middle == [(SUSPEND, RESUME)[n % 2] for n in range(len(middle))], where
         if not code.co_flags & rewriter.RESUMABLE:
             assert not middle, where
+    for lane_id, events in drained.items():
+        assert_nested(lane_id, events, functions)
     assert not assembly_problems(req, drained), "the server cannot nest these events"
     return {functions[events[0][1]].co_qualname for events in calls.values()}
+
+
+def assert_nested(lane_id: int, events: list[tuple], functions: dict[int, types.CodeType]) -> None:
+    """A lane's calls nest: an enter or resume runs a call on top of the lane's stack, and
+    only the call on top exits or suspends (so whatever runs in between is its child)."""
+    stack: list[int] = []
+    for kind, fid, cid, _ in events:
+        if kind in (ENTER, RESUME):
+            stack.append(cid)
+        elif kind in (*EXITS, SUSPEND):
+            where = f"lane {lane_id}: {functions[fid].co_qualname} ends while {stack[-3:]} run"
+            assert stack and stack[-1] == cid, where
+            stack.pop()
 
 
 def assembly_problems(req: recording.Request, drained: dict[int, list[tuple]]) -> Counter:
@@ -268,6 +283,25 @@ def test_await_chain_events_nest(instrumented) -> None:
         ("resume", "outer"), ("resume", "inner"), ("exit", "inner"), ("exit", "outer"),
     ]  # fmt: skip
     check_events(req, functions)
+
+
+def test_handlers_of_thrown_in_frames_nest_under_them(instrumented) -> None:
+    """throw(), close() and athrow() resume a generator suspended at its yield with no hook;
+    what its handlers call (FastAPI's `yield` dependencies cleaning up after an exception)
+    must be recorded under it, not under whoever threw."""
+    module, functions = instrumented
+    with request(sampled=True) as req:
+        module.case_handlers_of_thrown_in_frames()
+    stack: list[int] = []
+    callers: list[str] = []
+    for kind, fid, _, _ in req.main.events:
+        if kind == ENTER and functions[fid].co_qualname == "cleanup_step":
+            callers.append(functions[stack[-1]].co_qualname)
+        if kind in (ENTER, RESUME):
+            stack.append(fid)
+        elif kind in (*EXITS, SUSPEND):
+            stack.pop()
+    assert callers and set(callers) == {"resource", "async_resource"}, callers
 
 
 def test_cases_that_escape_keep_their_tracebacks(plain) -> None:

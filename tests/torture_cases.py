@@ -1115,6 +1115,59 @@ def case_async_raise():
     return asyncio.run(fails_after(3, "escapes asyncio.run"))
 
 
+def cleanup_step(log: list, what: str) -> str:
+    log.append(what)
+    return what
+
+
+def resource(log: list):
+    """A generator suspended at its yield whose handlers call functions when thrown into."""
+    try:
+        yield cleanup_step(log, "opened")
+    except KeyError as e:
+        cleanup_step(log, f"handled {e.args[0]}")
+        yield "after the throw"
+    finally:
+        cleanup_step(log, "closed")
+
+
+@contextlib.asynccontextmanager
+async def async_resource(log: list):
+    """FastAPI's `yield` dependencies: an exception leaving the block is thrown in at the
+    yield, and the handler awaits (hands work to a thread) before it re-raises."""
+    try:
+        yield cleanup_step(log, "entered")
+    except LookupError as e:
+        await asyncio.sleep(0)
+        log.append(await asyncio.to_thread(cleanup_step, log, f"cleaned {type(e).__name__}"))
+        raise
+    finally:
+        await asyncio.sleep(0)
+        cleanup_step(log, "exited")
+
+
+async def raise_through(log: list) -> list:
+    try:
+        async with async_resource(log):
+            raise KeyError("from the block")
+    except KeyError as e:
+        log.append(repr(e))
+    return log
+
+
+def case_handlers_of_thrown_in_frames():
+    """throw(), close() and athrow() resume a frame suspended at a yield with no hook; what
+    its handlers call must nest under it (the `thrown` hook)."""
+    log: list = []
+    gen = resource(log)
+    seen = [next(gen), gen.throw(KeyError("k"))]
+    gen.close()
+    other = resource(log)
+    next(other)
+    other.close()
+    return seen, log, asyncio.run(raise_through([]))
+
+
 # -- what the test inspects on functions, not by running them --------------------------
 
 
