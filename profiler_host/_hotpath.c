@@ -40,7 +40,7 @@ static PyObject *cancelled_error = NULL;  /* its CancelledError, once it is impo
 typedef struct {
     PyObject_HEAD
     long long calls;     /* the last call id handed out */
-    long long event_cap; /* calls past event_cap / 2 are not recorded */
+    long long event_cap; /* calls past event_cap / 2 are not recorded; 0: it ended */
     char truncated;
 } RequestCore;
 
@@ -368,6 +368,8 @@ static int
 record_via(LaneCore *lane, PyObject *record, PyObject *first, PyObject *call, PyObject *ns)
 {
     PyObject *event, *result;
+    if (lane->request != NULL && lane->request->event_cap == 0)
+        return 0; /* the request ended: calls still open record nothing (Request.finish) */
     if (record == lane->record && lane->direct) {
         PyObject *buffer = lane->buffer;
         Py_ssize_t size = PyList_GET_SIZE(buffer);
@@ -680,7 +682,8 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject 
     }
     cid = ++request->calls;
     if (cid > request->event_cap >> 1) {
-        request->truncated = 1;
+        if (request->event_cap > 0) /* 0: the request ended (hooks.enter) */
+            request->truncated = 1;
         Py_DECREF(lane_obj);
         return 0;
     }

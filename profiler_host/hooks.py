@@ -99,7 +99,8 @@ def enter(lane: recording.Lane, fid: int) -> tuple | None:
         request = lane.request
         cid = next(request.calls)
         if cid > request.event_cap >> 1:
-            request.truncated = True
+            if request.event_cap:  # 0: the request ended, nothing was lost
+                request.truncated = True
             return None
         fk = fid << KIND_BITS
         record = lane.record
@@ -195,7 +196,8 @@ def exit(token: tuple) -> None:
         if _RUNNING:
             _resume_thrown(token[3], now)
             _suspend_let_run(token[3], token[2], now)
-        token[0]((token[1] | EXIT, token[2], now))
+        if token[3].request.event_cap:  # 0: the request ended (Request.finish)
+            token[0]((token[1] | EXIT, token[2], now))
     except Exception:
         _failed()
 
@@ -235,7 +237,8 @@ def exit_exception(token: tuple | list, exc: BaseException) -> None:
             if _RUNNING:
                 _resume_thrown(token[3], now)
                 _suspend_let_run(token[3], token[2], now)
-            token[0]((token[1] | kind, token[2], now))
+            if token[3].request.event_cap:
+                token[0]((token[1] | kind, token[2], now))
     except Exception:
         _failed()
 

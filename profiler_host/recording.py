@@ -76,6 +76,10 @@ def _cores() -> tuple[type, type, str]:
 RequestCore, LaneCore, IMPLEMENTATION = _cores()
 
 
+def _ended(event: tuple[int, int, int]) -> None:
+    """What a lane of an ended request records: nothing."""
+
+
 class Request(RequestCore):
     """A sampled unit of work: an HTTP request, a job, or the whole process.
 
@@ -111,8 +115,14 @@ class Request(RequestCore):
         return self._add_lane(next(self._lane_ids), kind, name, parent, parent_call)
 
     def finish(self, status: int = 0) -> None:
+        """Ends the request and its recording: threads, tasks and pool work that outlive
+        it (a pool's worker thread started by it, a task left running) record nothing
+        more into it, so it stays bounded and its events end with it."""
         self.status = status
         self.end_ns = monotonic_ns()
+        self.event_cap = 0  # no new call is recorded, and none counts as lost
+        for lane in list(self.lanes):
+            lane.record = _ended  # suspensions, resumes, exits of calls still open
 
 
 def kind_of(function_kind: int) -> int:

@@ -304,6 +304,23 @@ def test_handlers_of_thrown_in_frames_nest_under_them(instrumented) -> None:
     assert callers and set(callers) == {"resource", "async_resource"}, callers
 
 
+def test_an_ended_request_records_nothing_more(instrumented) -> None:
+    """Threads, tasks and generators that outlive their request (a pool's worker thread it
+    started, a task left running) record nothing into it once it ended: no events after its
+    end, no growth, and what is declined then is not counted as lost."""
+    module, _ = instrumented
+    log: list = []
+    with request(sampled=True) as req:
+        opened = module.resource(log)
+        next(opened)  # suspended at its yield when the request ends
+        req.finish()
+        ended = [list(lane.buffer) for lane in req.lanes]
+        module.cleanup_step(log, "after the end")
+        opened.close()
+        assert [list(lane.buffer) for lane in req.lanes] == ended
+    assert req.truncated is False and log == ["opened", "after the end", "closed"]
+
+
 def test_cases_that_escape_keep_their_tracebacks(plain) -> None:
     """The comparison above is only as strong as what the escaping cases show."""
     deep = observe(plain.case_deep_raise, traced=False).error
