@@ -15,10 +15,13 @@
  *
  * Everything runs under the GIL. An event's three ints are appended with no Python code in
  * between, so a drain on the transport thread never sees part of one.
+ *
+ * `InLane` runs work handed to another thread with its lane set (see propagation.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <stddef.h>
 #include <time.h>
 
 #define KIND_BITS 3
@@ -27,10 +30,11 @@ enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4, EXIT_CA
 /* a resumable token: [lane, fk, call, suspended, stamp] */
 enum { TOKEN_LANE, TOKEN_FK, TOKEN_CALL, TOKEN_SUSPENDED, TOKEN_STAMP, TOKEN_SIZE };
 
-/* Set by configure(): hooks._own_lane, hooks._failed and hooks._RUNNING. */
+/* Set by configure(): hooks._own_lane, hooks._failed, hooks._RUNNING, recording.CURRENT. */
 static PyObject *own_lane_cb = NULL;
 static PyObject *failed_cb = NULL;
 static PyObject *running = NULL; /* dict: lane -> list of resumable tokens, oldest first */
+static PyObject *current = NULL; /* the ContextVar of the current lane */
 static PyObject *cancelled_module = NULL; /* "asyncio.exceptions" */
 static PyObject *cancelled_error = NULL;  /* its CancelledError, once it is imported */
 
@@ -1054,6 +1058,128 @@ hp_resume_delegated(PyObject *module, PyObject *token)
     Py_RETURN_NONE;
 }
 
+/* ---- InLane: work handed to another thread ---------------------------------------- */
+
+/* InLane(lane, work) runs `work` once, with CURRENT set to `lane` in the context the work
+ * runs in anyway (a new thread's, a pool worker's own, the copy asyncio.to_thread or anyio
+ * make), and puts CURRENT back after it: that context then holds nothing of the
+ * profiler's. A C call, so the work's stack and tracebacks show no frame of ours. It lets
+ * go of lane and work as it starts, so nothing it held outlives the work. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *lane; /* NULL once it ran */
+    PyObject *work; /* NULL once it ran */
+    vectorcallfunc vectorcall;
+} InLane;
+
+static PyObject *in_lane_call(InLane *self, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames);
+
+static PyObject *
+in_lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *lane, *work;
+    InLane *self;
+    static char *kwlist[] = {"lane", "work", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:InLane", kwlist, &lane, &work))
+        return NULL;
+    if (current == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure() was not called");
+        return NULL;
+    }
+    self = (InLane *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lane = Py_NewRef(lane);
+    self->work = Py_NewRef(work);
+    self->vectorcall = (vectorcallfunc)in_lane_call;
+    return (PyObject *)self;
+}
+
+static int
+in_lane_traverse(InLane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lane);
+    Py_VISIT(self->work);
+    return 0;
+}
+
+static int
+in_lane_clear(InLane *self)
+{
+    Py_CLEAR(self->lane);
+    Py_CLEAR(self->work);
+    return 0;
+}
+
+static void
+in_lane_dealloc(InLane *self)
+{
+    PyObject_GC_UnTrack(self);
+    in_lane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Puts CURRENT back as it was before the work; the work's own outcome stays what the
+ * caller sees. 0, or -1 with a BaseException of ours set. */
+static int
+reset_current(PyObject *token)
+{
+    PyObject *type, *value, *tb;
+    int rc = 0;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyContextVar_Reset(current, token) < 0)
+        rc = swallow();
+    if (rc == 0) {
+        PyErr_Restore(type, value, tb);
+        return 0;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+static PyObject *
+in_lane_call(InLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *lane = self->lane, *work = self->work, *token, *result;
+    if (work == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "InLane: its work ran already");
+        return NULL;
+    }
+    self->lane = self->work = NULL; /* ours now, released as the work ends */
+    token = PyContextVar_Set(current, lane); /* the context holds the lane from here */
+    Py_DECREF(lane);
+    if (token == NULL && swallow() < 0) { /* else the work runs outside the lane */
+        Py_DECREF(work);
+        return NULL;
+    }
+    result = PyObject_Vectorcall(work, args, nargsf, kwnames);
+    Py_DECREF(work);
+    if (token != NULL) {
+        if (reset_current(token) < 0)
+            Py_CLEAR(result);
+        Py_DECREF(token);
+    }
+    return result;
+}
+
+static PyTypeObject InLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.InLane",
+    .tp_basicsize = sizeof(InLane),
+    .tp_dealloc = (destructor)in_lane_dealloc,
+    .tp_vectorcall_offset = offsetof(InLane, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "InLane(lane, work): work handed to another thread, run once with CURRENT set "
+              "to lane.",
+    .tp_traverse = (traverseproc)in_lane_traverse,
+    .tp_clear = (inquiry)in_lane_clear,
+    .tp_new = in_lane_new,
+};
+
 /* Writes `value` as a protobuf varint at `at`; returns the end. */
 static char *
 put_varint(char *at, unsigned long long value)
@@ -1175,19 +1301,23 @@ fail: { /* nothing half-written stays */
     return NULL;
 }
 
-/* configure(own_lane, failed, running): the Python parts the hooks call back into */
+/* configure(own_lane, failed, running, current): the Python parts the hooks call back
+ * into, and the ContextVar InLane sets */
 static PyObject *
 hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (check_nargs("configure", nargs, 3) < 0)
+    if (check_nargs("configure", nargs, 4) < 0)
         return NULL;
-    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "configure(own_lane, failed, running: dict)");
+    if (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]) || !PyDict_Check(args[2]) ||
+        !PyContextVar_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "configure(own_lane, failed, running: dict, current: ContextVar)");
         return NULL;
     }
     Py_XSETREF(own_lane_cb, Py_NewRef(args[0]));
     Py_XSETREF(failed_cb, Py_NewRef(args[1]));
     Py_XSETREF(running, Py_NewRef(args[2]));
+    Py_XSETREF(current, Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
 
@@ -1207,7 +1337,7 @@ static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))hp_pack, METH_FASTCALL,
      "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
-     "configure(own_lane, failed, running)"},
+     "configure(own_lane, failed, running, current)"},
     {NULL},
 };
 
@@ -1224,7 +1354,7 @@ PyInit__hotpath(void)
 {
     PyObject *module;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
-        PyType_Ready(&LaneCoreType) < 0)
+        PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
     if (cancelled_module == NULL)
@@ -1234,6 +1364,7 @@ PyInit__hotpath(void)
         return NULL;
     if (PyModule_AddObjectRef(module, "RequestCore", (PyObject *)&RequestCoreType) < 0 ||
         PyModule_AddObjectRef(module, "LaneCore", (PyObject *)&LaneCoreType) < 0 ||
+        PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0 ||
         PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0 ||
         PyModule_AddIntConstant(module, "ENTER", ENTER) < 0 ||
         PyModule_AddIntConstant(module, "EXIT", EXIT) < 0 ||

@@ -317,7 +317,7 @@ def ready(lane: recording.Lane) -> None:
 def _c_hooks() -> Hooks:
     from profiler_host import _hotpath
 
-    _hotpath.configure(_own_lane, _failed, _RUNNING)
+    _hotpath.configure(_own_lane, _failed, _RUNNING, recording.CURRENT)
     return Hooks(
         gate=ACTIVE,
         current=recording.CURRENT.get,

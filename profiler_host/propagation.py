@@ -23,10 +23,47 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from profiler_core.model import LaneKind
+from profiler_host import recording
 from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
 from profiler_host.recording import CURRENT, Lane
 
 _originals: dict[tuple[object, str], Callable] = {}
+
+
+class _PyInLane:
+    """Python twin of `_hotpath.InLane` (see there): the work runs once with CURRENT set to
+    the lane in the context it runs in anyway, and finds CURRENT as it was after. Its call
+    is one Python frame on the work's stack, which the C type does not add."""
+
+    __slots__ = ("lane", "work")
+
+    def __init__(self, lane: Lane, work: Callable) -> None:
+        self.lane: Lane | None = lane
+        self.work: Callable | None = work
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        lane, work = self.lane, self.work
+        if work is None:
+            raise RuntimeError("InLane: its work ran already")
+        self.lane = self.work = None
+        token = CURRENT.set(lane)
+        del lane  # the context holds it from here
+        try:
+            return work(*args, **kwargs)
+        finally:
+            CURRENT.reset(token)
+
+
+def _in_lane_type() -> type:
+    """The C `InLane` with the C hot path, else its Python twin."""
+    if recording.IMPLEMENTATION != "c":
+        return _PyInLane
+    from profiler_host import _hotpath
+
+    return _hotpath.InLane
+
+
+InLane = _in_lane_type()
 
 
 def _child_context(kind: LaneKind, name: str) -> contextvars.Context | None:
