@@ -15,10 +15,13 @@
  *
  * Everything runs under the GIL. An event's three ints are appended with no Python code in
  * between, so a drain on the transport thread never sees part of one.
+ *
+ * `InLane` runs work handed to another thread with its lane set (see propagation.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <stddef.h>
 #include <time.h>
 
 #define KIND_BITS 3
@@ -1091,6 +1094,128 @@ hp_thrown(PyObject *module, PyObject *token)
     Py_RETURN_NONE;
 }
 
+/* ---- InLane: work handed to another thread ---------------------------------------- */
+
+/* InLane(lane, work) runs `work` once, with CURRENT set to `lane` in the context the work
+ * runs in anyway (a new thread's, a pool worker's own, the copy asyncio.to_thread or anyio
+ * make), and puts CURRENT back after it: that context then holds nothing of the
+ * profiler's. A C call, so the work's stack and tracebacks show no frame of ours. It lets
+ * go of lane and work as it starts, so nothing it held outlives the work. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *lane; /* NULL once it ran */
+    PyObject *work; /* NULL once it ran */
+    vectorcallfunc vectorcall;
+} InLane;
+
+static PyObject *in_lane_call(InLane *self, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames);
+
+static PyObject *
+in_lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *lane, *work;
+    InLane *self;
+    static char *kwlist[] = {"lane", "work", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:InLane", kwlist, &lane, &work))
+        return NULL;
+    if (current_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure() was not called");
+        return NULL;
+    }
+    self = (InLane *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lane = Py_NewRef(lane);
+    self->work = Py_NewRef(work);
+    self->vectorcall = (vectorcallfunc)in_lane_call;
+    return (PyObject *)self;
+}
+
+static int
+in_lane_traverse(InLane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lane);
+    Py_VISIT(self->work);
+    return 0;
+}
+
+static int
+in_lane_clear(InLane *self)
+{
+    Py_CLEAR(self->lane);
+    Py_CLEAR(self->work);
+    return 0;
+}
+
+static void
+in_lane_dealloc(InLane *self)
+{
+    PyObject_GC_UnTrack(self);
+    in_lane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Puts CURRENT back as it was before the work; the work's own outcome stays what the
+ * caller sees. 0, or -1 with a BaseException of ours set. */
+static int
+reset_current(PyObject *token)
+{
+    PyObject *type, *value, *tb;
+    int rc = 0;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyContextVar_Reset(current_var, token) < 0)
+        rc = swallow();
+    if (rc == 0) {
+        PyErr_Restore(type, value, tb);
+        return 0;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+static PyObject *
+in_lane_call(InLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *lane = self->lane, *work = self->work, *token, *result;
+    if (work == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "InLane: its work ran already");
+        return NULL;
+    }
+    self->lane = self->work = NULL; /* ours now, released as the work ends */
+    token = PyContextVar_Set(current_var, lane); /* the context holds the lane from here */
+    Py_DECREF(lane);
+    if (token == NULL && swallow() < 0) { /* else the work runs outside the lane */
+        Py_DECREF(work);
+        return NULL;
+    }
+    result = PyObject_Vectorcall(work, args, nargsf, kwnames);
+    Py_DECREF(work);
+    if (token != NULL) {
+        if (reset_current(token) < 0)
+            Py_CLEAR(result);
+        Py_DECREF(token);
+    }
+    return result;
+}
+
+static PyTypeObject InLaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.InLane",
+    .tp_basicsize = sizeof(InLane),
+    .tp_dealloc = (destructor)in_lane_dealloc,
+    .tp_vectorcall_offset = offsetof(InLane, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "InLane(lane, work): work handed to another thread, run once with CURRENT set "
+              "to lane.",
+    .tp_traverse = (traverseproc)in_lane_traverse,
+    .tp_clear = (inquiry)in_lane_clear,
+    .tp_new = in_lane_new,
+};
+
 /* Writes `value` as a protobuf varint at `at`; returns the end. */
 static char *
 put_varint(char *at, unsigned long long value)
@@ -1281,7 +1406,7 @@ PyInit__hotpath(void)
 {
     PyObject *module;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
-        PyType_Ready(&LaneCoreType) < 0)
+        PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
     if (cancelled_module == NULL)
@@ -1291,6 +1416,7 @@ PyInit__hotpath(void)
         return NULL;
     if (PyModule_AddObjectRef(module, "RequestCore", (PyObject *)&RequestCoreType) < 0 ||
         PyModule_AddObjectRef(module, "LaneCore", (PyObject *)&LaneCoreType) < 0 ||
+        PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0 ||
         PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0 ||
         PyModule_AddIntConstant(module, "ENTER", ENTER) < 0 ||
         PyModule_AddIntConstant(module, "EXIT", EXIT) < 0 ||

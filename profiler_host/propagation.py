@@ -1,11 +1,14 @@
 """Carries a sampled request into the tasks and threads it starts, each as a lane of its own,
 and marks when a task waiting in a sampled request becomes runnable.
 
-A context is captured where work is handed over (task creation, `Thread.start`, an
-executor's `submit`, anyio's `to_thread.run_sync` behind Starlette's `run_in_threadpool`)
-and the work runs inside it with a new lane set: .NET's ExecutionContext Capture/Run. The
-lane starts at the hand-over, so time spent queued in a pool shows before the lane's first
-call. The patches go in as a request is sampled (a process that samples nothing runs the
+A task runs in a copy of its creator's context, as asyncio does, with a new lane set
+there. Work handed to another thread (`Thread.start`, an executor's `submit`, anyio's
+`to_thread.run_sync` behind Starlette's `run_in_threadpool`) runs in the context it runs
+in plainly (a new thread's empty one, a pool worker's own, the copy `asyncio.to_thread` or
+anyio make): `InLane` sets the new lane there for the work and takes it out after, so the
+thread sees the variables and keeps alive the values it would unprofiled. The lane starts
+at the hand-over, so time spent queued in a pool shows before the lane's first call. The
+patches go in as a request is sampled (a process that samples nothing runs the
 originals); after that, outside sampled requests every patch costs one ContextVar read.
 `install()`/`uninstall()` are symmetric and idempotent; `install()` also patches the
 modules of the list below that the app has imported since (anyio is not imported here).
@@ -23,49 +26,84 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from profiler_core.model import LaneKind
+from profiler_host import recording
 from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
 from profiler_host.recording import CURRENT, Lane
 
 _originals: dict[tuple[object, str], Callable] = {}
 
 
-def _child_context(kind: LaneKind, name: str) -> contextvars.Context | None:
-    """A copy of the current context whose lane is a new child lane (None: not sampled)."""
+class _PyInLane:
+    """Python twin of `_hotpath.InLane` (see there): the work runs once with CURRENT set to
+    the lane in the context it runs in anyway, and finds CURRENT as it was after. Its call
+    is one Python frame on the work's stack, which the C type does not add."""
+
+    __slots__ = ("lane", "work")
+
+    def __init__(self, lane: Lane, work: Callable) -> None:
+        self.lane: Lane | None = lane
+        self.work: Callable | None = work
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        lane, work = self.lane, self.work
+        if work is None:
+            raise RuntimeError("InLane: its work ran already")
+        self.lane = self.work = None
+        token = CURRENT.set(lane)
+        del lane  # the context holds it from here
+        try:
+            return work(*args, **kwargs)
+        finally:
+            CURRENT.reset(token)
+
+
+def _in_lane_type() -> type:
+    """The C `InLane` with the C hot path, else its Python twin."""
+    if recording.IMPLEMENTATION != "c":
+        return _PyInLane
+    from profiler_host import _hotpath
+
+    return _hotpath.InLane
+
+
+InLane = _in_lane_type()
+
+
+def _child_lane(kind: LaneKind, name: str) -> Lane | None:
+    """A new lane under the current one (None: not sampled). Work for another thread is
+    claimed by the thread that runs it."""
     parent = CURRENT.get()
     if parent is None:
         return None
     child = parent.request.spawn(parent, kind, name)
     if kind != LaneKind.TASK:
-        child.thread = UNCLAIMED  # the thread that runs the work claims it
-    context = contextvars.copy_context()
-    context.run(CURRENT.set, child)
-    return context
+        child.thread = UNCLAIMED
+    return child
 
 
-def _own_context(func: Callable) -> contextvars.Context | None:
-    """The context `func` runs itself in: asyncio.to_thread hands over
+def _brings_context(func: Callable) -> bool:
+    """Whether `func` runs its work in a context it brings: asyncio.to_thread hands over
     `partial(context.run, work, ...)`."""
-    if isinstance(func, functools.partial):
-        owner = getattr(func.func, "__self__", None)
-        if isinstance(owner, contextvars.Context):
-            return owner
-    return None
+    return (
+        isinstance(func, functools.partial)
+        and isinstance(getattr(func.func, "__self__", None), contextvars.Context)
+        and bool(func.args)
+    )
 
 
-def _in_lane(context: contextvars.Context, func: Callable) -> Callable:
-    """`func` run inside `context`, or with the lane set in the context it brings."""
-    own = _own_context(func)
-    if own is not None:
-        lane: Lane | None = context.get(CURRENT)
-        own.run(CURRENT.set, lane)
-        return func
-    return functools.partial(context.run, func)
+def _in_lane(lane: Lane, func: Callable) -> Callable:
+    """`func` run with `lane` set in the context it runs in anyway: the worker's own, or
+    the one it brings."""
+    if _brings_context(func):
+        work, *args = func.args
+        return functools.partial(func.func, InLane(lane, work), *args, **func.keywords)
+    return InLane(lane, func)
 
 
 def _name_of(func: Callable) -> str:
     """The work's own name, also through partials."""
     while isinstance(func, functools.partial):
-        func = func.args[0] if _own_context(func) is not None and func.args else func.func
+        func = func.args[0] if _brings_context(func) else func.func
     return getattr(func, "__qualname__", None) or type(func).__name__
 
 
@@ -74,8 +112,18 @@ def _in_executor_lane(func: Callable) -> Callable:
     elsewhere `func` itself (one ContextVar read, the work not even named)."""
     if CURRENT.get() is None:
         return func
-    context = _child_context(LaneKind.EXECUTOR, _name_of(func))
-    return func if context is None else _in_lane(context, func)
+    lane = _child_lane(LaneKind.EXECUTOR, _name_of(func))
+    return func if lane is None else _in_lane(lane, func)
+
+
+def _task_context(name: str) -> contextvars.Context | None:
+    """A copy of the current context, as a task gets plainly, with a new task lane set."""
+    lane = _child_lane(LaneKind.TASK, name)
+    if lane is None:
+        return None
+    context = contextvars.copy_context()
+    context.run(CURRENT.set, lane)
+    return context
 
 
 def _create_task(original: Callable) -> Callable:
@@ -89,19 +137,29 @@ def _create_task(original: Callable) -> Callable:
     ) -> asyncio.Task:
         if context is None and CURRENT.get() is not None:  # else: one ContextVar read
             label = name or getattr(coro, "__qualname__", None) or "task"
-            context = _child_context(LaneKind.TASK, label)
+            context = _task_context(label)
         return original(self, coro, name=name, context=context)
 
     return create_task
 
 
 def _thread_start(original: Callable) -> Callable:
+    """The new thread runs what `start` reads as `self._bootstrap` (3.11 to 3.13), which
+    runs `run` in the thread's own context: an `InLane` stands in for it while `start`
+    runs, so the lane is set there and the Thread keeps no attribute, cycle or lane of ours.
+    (3.14 runs `run` inside `Thread._context`, where a lane set here would not show.)"""
+
     @functools.wraps(original)
     def start(self: threading.Thread) -> None:
-        context = _child_context(LaneKind.THREAD, self.name)
-        if context is not None:
-            self.run = _in_lane(context, self.run)
-        original(self)
+        lane = _child_lane(LaneKind.THREAD, self.name)
+        if lane is None:
+            original(self)
+            return
+        self._bootstrap = InLane(lane, self._bootstrap)
+        try:
+            original(self)
+        finally:
+            del self._bootstrap
 
     return start
 

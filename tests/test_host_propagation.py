@@ -1,0 +1,430 @@
+"""Work handed to threads in a sampled request sees what it sees plainly (issue 14).
+
+Each script runs twice, plainly and under `profiler-host run` inside a forced request, and
+prints what its work saw in other threads: context variables, the names in
+`copy_context()` apart from the profiler's own, the stack, tracebacks, whether a user value
+outlived the caller's hold on it, whether an event loop could start there. Both runs must
+print the same; the profiled one's stored tree must show that work as lanes under the calls
+that handed it over.
+
+The work runs with the lane through `InLane`, in C (`profiler_host._hotpath`) and in
+Python (its twin, `PROFILER_PURE_PYTHON=1`): the tests of it run under both.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import gc
+import json
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profiler_core.model import LaneKind
+from profiler_host import propagation, recording
+from profiler_host.recording import CURRENT
+from tests.helpers import eventually, nodes, stored_requests
+from tests.processes import ServerProcess, host
+from tests.test_host_e2e import tree
+
+COMMON = """
+import contextvars
+import gc
+import inspect
+import json
+import threading
+import traceback
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+
+import profiler_host
+
+cvar = contextvars.ContextVar("cvar", default="unset")
+
+
+class Value:
+    \"\"\"A user value that a context holds.\"\"\"
+
+
+def get():
+    return cvar.get()
+
+
+def put(value):
+    cvar.set(value)
+
+
+def visible():
+    \"\"\"What the work sees: its value, its context's variables apart from the profiler's,
+    the functions of its stack.\"\"\"
+    names = sorted(v.name for v in contextvars.copy_context() if v.name != "request_profiler_lane")
+    return {"value": cvar.get(), "vars": names, "stack": [f.function for f in inspect.stack()]}
+
+
+def fails():
+    raise ValueError("expected")
+
+
+def traceback_of(error):
+    return [frame.name for frame in traceback.extract_tb(error.__traceback__)]
+
+
+def report(run):
+    with profiler_host.profile_request("handed-over", force=True):
+        seen = run()
+    print(json.dumps(seen, sort_keys=True))
+"""
+
+THREADS = """
+def thread_work(seen):
+    seen.update(visible())
+
+
+def thread_sees():
+    seen = {}
+    thread = threading.Thread(target=thread_work, args=(seen,))
+    thread.start()
+    thread.join()
+    return seen
+
+
+def pool_sees():
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(put, "set by work item 1").result()
+        return pool.submit(visible).result()
+
+
+def tracebacks():
+    caught = []
+    threading.excepthook = lambda args: caught.append(traceback_of(args.exc_value))
+    thread = threading.Thread(target=fails)
+    thread.start()
+    thread.join()
+    threading.excepthook = threading.__excepthook__
+    with ThreadPoolExecutor(1) as pool:
+        caught.append(traceback_of(pool.submit(fails).exception()))
+    return caught
+
+
+def finished_thread():
+    thread = threading.Thread(target=get)
+    thread.start()
+    thread.join()
+    return thread
+
+
+def idle_pool():
+    pool = ThreadPoolExecutor(1)
+    pool.submit(get).result()
+    return pool
+
+
+def kept_alive(start):
+    \"\"\"Whether a value the caller's context held outlives the caller's hold on it while
+    what `start` handed work to (a finished thread, a pool with its idle worker) lives on.\"\"\"
+    value = Value()
+    alive = weakref.ref(value)
+    token = cvar.set(value)
+    handed_to = start()
+    cvar.reset(token)
+    del value
+    gc.collect()
+    held = alive() is not None
+    if isinstance(handed_to, ThreadPoolExecutor):
+        handed_to.shutdown()
+    return held
+
+
+def run():
+    cvar.set("main")
+    return {
+        "thread": thread_sees(),
+        "pool": pool_sees(),
+        "tracebacks": tracebacks(),
+        "kept alive by a finished thread": kept_alive(finished_thread),
+        "kept alive by an idle pool": kept_alive(idle_pool),
+    }
+
+
+report(run)
+"""
+
+ASYNCIO = """
+import asyncio
+
+
+async def kept_alive_by_the_executor(loop):
+    value = Value()
+    alive = weakref.ref(value)
+    token = cvar.set(value)
+    await loop.run_in_executor(None, get)  # the executor's worker starts here
+    cvar.reset(token)
+    del value
+    gc.collect()
+    return alive() is not None
+
+
+async def handler():
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))
+    cvar.set("task")
+    seen = {"kept alive by the loop's executor": await kept_alive_by_the_executor(loop)}
+    seen["executor"] = await loop.run_in_executor(None, visible)
+    await loop.run_in_executor(None, put, "set by work item 1")
+    seen["executor after a set"] = await loop.run_in_executor(None, visible)
+    seen["to_thread"] = await asyncio.to_thread(visible)
+    await asyncio.to_thread(put, "set in to_thread")
+    seen["to_thread after a set"] = await asyncio.to_thread(visible)
+    seen["task after the work"] = cvar.get()
+    return seen
+
+
+report(lambda: asyncio.run(handler()))
+"""
+
+ANYIO = """
+import anyio
+import anyio.to_thread
+from anyio.from_thread import start_blocking_portal
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+
+def portal_runs():
+    try:
+        with start_blocking_portal() as portal:
+            portal.call(anyio.sleep, 0)
+        return "ran"
+    except RuntimeError as error:
+        return str(error)
+
+
+async def hello(request):
+    return PlainTextResponse("hello")
+
+
+def client_gets():
+    try:
+        with TestClient(Starlette(routes=[Route("/", hello)])) as client:
+            return client.get("/").text
+    except RuntimeError as error:
+        return str(error)
+
+
+def in_a_thread(work, seen):
+    seen[work.__name__] = work()
+
+
+def thread_runs(work):
+    seen = {}
+    thread = threading.Thread(target=in_a_thread, args=(work, seen))
+    thread.start()
+    thread.join()
+    return seen
+
+
+async def handler():
+    cvar.set("task")
+    seen = {"run_sync": await anyio.to_thread.run_sync(visible)}
+    await anyio.to_thread.run_sync(put, "set in run_sync")
+    seen["run_sync after a set"] = await anyio.to_thread.run_sync(visible)
+    seen["portal in run_sync"] = await anyio.to_thread.run_sync(portal_runs)
+    seen["portal in a thread"] = thread_runs(portal_runs)
+    seen["test client in a thread"] = thread_runs(client_gets)
+    return seen
+
+
+report(lambda: anyio.run(handler))
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp("propagation")
+    proc = ServerProcess(f"sqlite:///{tmp / 'profiles.db'}", tmp / "server.log")
+    try:
+        yield proc
+    finally:
+        proc.stop(grace=10)
+
+
+def printed(command: list[str], cwd: Path) -> dict:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def without_twin_frames(seen: Any) -> Any:
+    """What a script printed, less the frames of the Python twin's call (`__call__`, one
+    per hand-over): with PROFILER_PURE_PYTHON=1 the profiled run has them, the C type adds
+    none."""
+    if isinstance(seen, dict):
+        return {key: without_twin_frames(value) for key, value in seen.items()}
+    if isinstance(seen, list):
+        return [without_twin_frames(item) for item in seen if item != "__call__"]
+    return seen
+
+
+def both_ways(
+    server: ServerProcess, tmp_path: Path, service: str, source: str
+) -> tuple[dict, dict, dict]:
+    """What the script prints plainly and profiled, and the profiled request's stored tree."""
+    script = tmp_path / f"handed_over_{service}.py"  # not named like the modules it imports
+    script.write_text(COMMON + source)
+    plain = printed([sys.executable, str(script)], tmp_path)
+    profiled = printed(
+        host(
+            "--server", server.target, "--service", service, "--sample-rate", "0",
+            "--", sys.executable, str(script),
+        ),
+        tmp_path,
+    )  # fmt: skip
+    (stored,) = eventually(lambda: stored_requests(server.http, service=service), timeout=20)
+    if recording.IMPLEMENTATION == "python":
+        profiled = without_twin_frames(profiled)
+    return plain, profiled, tree(server, stored["id"])
+
+
+def nodes_of(request: dict, function: str) -> list[tuple[dict, dict]]:
+    """The nodes of `function` in the request, each with its lane."""
+    return [
+        (node, lane)
+        for lane in request["lanes"]
+        for node in nodes(lane["root"])
+        if node["function"] == f"__main__:{function}"
+    ]
+
+
+def assert_handed_over(request: dict, work: str, spawner: str, kind: str, count: int) -> None:
+    """`work` ran in `count` lanes of `kind`, each hung under a call of `spawner`."""
+    spawners = {(lane["id"], node["id"]) for node, lane in nodes_of(request, spawner)}
+    lanes = [lane for _, lane in nodes_of(request, work)]
+    assert [lane["kind"] for lane in lanes] == [kind] * count
+    for lane in lanes:
+        assert (lane["parent_lane"], lane["parent_node"]) in spawners
+
+
+def test_threads_and_pools_see_what_they_see_plainly(server: ServerProcess, tmp_path: Path):
+    """A new thread starts in an empty context, a pool's worker keeps its own from one work
+    item to the next, and neither keeps the caller's values alive."""
+    plain, profiled, request = both_ways(server, tmp_path, "threads", THREADS)
+    assert plain["thread"]["value"] == "unset" and plain["thread"]["vars"] == []
+    assert plain["pool"]["value"] == "set by work item 1"
+    assert plain["kept alive by a finished thread"] is False
+    assert profiled == plain
+    assert_handed_over(request, "thread_work", "thread_sees", "thread", 1)
+    assert_handed_over(request, "put", "pool_sees", "executor", 1)
+
+
+def test_asyncio_executors_see_what_they_see_plainly(server: ServerProcess, tmp_path: Path):
+    """`loop.run_in_executor` runs in the worker's own context, `asyncio.to_thread` in a copy
+    of the task's it makes itself."""
+    plain, profiled, request = both_ways(server, tmp_path, "asyncio", ASYNCIO)
+    assert plain["executor"]["value"] == "unset"
+    assert plain["executor after a set"]["value"] == "set by work item 1"
+    assert plain["to_thread after a set"]["value"] == "task"
+    assert profiled == plain
+    assert_handed_over(request, "put", "handler", "executor", 2)  # run_in_executor, to_thread
+
+
+def test_anyio_worker_threads_see_what_they_see_plainly(server: ServerProcess, tmp_path: Path):
+    """anyio's worker threads run in the copy anyio makes; a thread started under
+    `anyio.run` can run an event loop of its own (a blocking portal, Starlette's TestClient)."""
+    plain, profiled, request = both_ways(server, tmp_path, "anyio", ANYIO)
+    assert plain["portal in a thread"] == {"portal_runs": "ran"}
+    assert plain["test client in a thread"] == {"client_gets": "hello"}
+    assert profiled == plain
+    assert_handed_over(request, "put", "handler", "executor", 1)
+    assert_handed_over(request, "in_a_thread", "thread_runs", "thread", 2)
+
+
+# -- InLane, in C and in Python -------------------------------------------------------
+
+IN_LANES: dict[str, type] = {"python": propagation._PyInLane}
+if recording.IMPLEMENTATION == "c":
+    from profiler_host import _hotpath
+
+    IN_LANES["c"] = _hotpath.InLane
+EXTRA_FRAMES = {"python": ["__call__"], "c": []}  # the twin's call is a Python frame
+
+
+@pytest.fixture(params=list(IN_LANES))
+def in_lane(request: pytest.FixtureRequest) -> tuple[str, type]:
+    return request.param, IN_LANES[request.param]
+
+
+def test_in_lane_sets_the_lane_for_the_work_alone(in_lane: tuple[str, type]) -> None:
+    """The work sees the lane in the context it runs in; after it, that context holds
+    nothing of ours and the InLane holds neither lane nor work; it runs once."""
+    lane = recording.Request(1, "/r", "GET", 10).main
+    seen = []
+
+    def work(*args: object, **kwargs: object) -> str:
+        seen.append((CURRENT.get(), args, kwargs))
+        return "done"
+
+    run = in_lane[1](lane, work)
+    assert gc.is_tracked(run)
+    context = contextvars.Context()
+    assert context.run(run, 1, two=2) == "done"
+    assert seen == [(lane, (1,), {"two": 2})]
+    assert CURRENT not in context
+    assert not {id(lane), id(work)} & {id(held) for held in gc.get_referents(run)}
+    with pytest.raises(RuntimeError, match="ran already"):
+        run()
+    seen.clear()
+    references = sys.getrefcount(lane), sys.getrefcount(work)
+    contextvars.Context().run(in_lane[1](lane, work))
+    seen.clear()
+    assert (sys.getrefcount(lane), sys.getrefcount(work)) == references  # none leaked
+
+
+@pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
+def test_in_lane_passes_the_work_s_exception_on(in_lane: tuple[str, type], error: type) -> None:
+    """The work's exception reaches the caller with the work's own frames (C adds none),
+    and the lane is taken out of the context all the same."""
+
+    def fails() -> None:
+        raise error("expected")
+
+    def frames(run: object) -> list[str]:
+        context = contextvars.Context()
+        context.run(CURRENT.set, None)
+        with pytest.raises(error, match="expected") as caught:
+            context.run(run)
+        assert context[CURRENT] is None
+        return [frame.name for frame in traceback.extract_tb(caught.tb)]
+
+    name, in_lane_type = in_lane
+    lane = recording.Request(1, "/r", "GET", 10).main
+    plain = frames(fails)
+    assert frames(in_lane_type(lane, fails)) == [plain[0], *EXTRA_FRAMES[name], *plain[1:]]
+
+
+def test_a_finished_thread_holds_nothing_of_the_request() -> None:
+    """A thread started in a sampled request runs in a lane of its own, under the starting
+    one; once it is done, the Thread holds neither that lane nor a stand-in."""
+    request = recording.Request(1, "/r", "GET", 100)
+    ids = []
+    propagation.install()
+    token = CURRENT.set(request.main)
+    try:
+        thread = threading.Thread(target=lambda: ids.append(CURRENT.get().id))
+        thread.start()
+        thread.join()
+    finally:
+        CURRENT.reset(token)
+        propagation.uninstall()
+    (lane,) = [lane for lane in request.lanes if lane.id in ids]
+    assert (lane.kind, lane.parent) == (LaneKind.THREAD, request.main)
+    assert "_bootstrap" not in vars(thread)
+    gc.collect()
+    assert gc.get_referrers(lane) == [request.lanes]
