@@ -1156,15 +1156,16 @@ in_lane_dealloc(InLane *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Puts CURRENT back as it was before the work; the work's own outcome stays what the
- * caller sees. 0, or -1 with a BaseException of ours set. */
+/* Runs `step(arg)` once the work ended, leaving the work's own outcome (its exception, if
+ * any) as the caller sees it; a step that fails is counted like a hook failure. 0, or -1
+ * with a BaseException of ours set. */
 static int
-reset_current(PyObject *token)
+after_work(int (*step)(PyObject *), PyObject *arg)
 {
     PyObject *type, *value, *tb;
     int rc = 0;
     PyErr_Fetch(&type, &value, &tb);
-    if (PyContextVar_Reset(current_var, token) < 0)
+    if (step(arg) < 0)
         rc = swallow();
     if (rc == 0) {
         PyErr_Restore(type, value, tb);
@@ -1174,6 +1175,20 @@ reset_current(PyObject *token)
     Py_XDECREF(value);
     Py_XDECREF(tb);
     return -1;
+}
+
+/* CURRENT back as it was before the work. */
+static int
+reset_current(PyObject *token)
+{
+    return PyContextVar_Reset(current_var, token);
+}
+
+/* lane.done = True: its work finished (Request.finish lists the lanes still running). */
+static int
+mark_done(PyObject *lane)
+{
+    return PyObject_SetAttrString(lane, "done", Py_True);
 }
 
 static PyObject *
@@ -1186,18 +1201,21 @@ in_lane_call(InLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
     }
     self->lane = self->work = NULL; /* ours now, released as the work ends */
     token = PyContextVar_Set(current_var, lane); /* the context holds the lane from here */
-    Py_DECREF(lane);
     if (token == NULL && swallow() < 0) { /* else the work runs outside the lane */
+        Py_DECREF(lane);
         Py_DECREF(work);
         return NULL;
     }
     result = PyObject_Vectorcall(work, args, nargsf, kwnames);
     Py_DECREF(work);
     if (token != NULL) {
-        if (reset_current(token) < 0)
+        if (after_work(reset_current, token) < 0)
             Py_CLEAR(result);
         Py_DECREF(token);
     }
+    if (after_work(mark_done, lane) < 0)
+        Py_CLEAR(result);
+    Py_DECREF(lane);
     return result;
 }
 

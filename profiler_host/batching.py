@@ -99,7 +99,12 @@ class Batcher:
         for request in finished:
             # the route again: a framework matches its template after the start went out
             builder.end(
-                request.id, request.end_ns or 0, request.status, request.truncated, request.route
+                request.id,
+                request.end_ns or 0,
+                request.status,
+                request.truncated,
+                request.route,
+                request.running_lanes,
             )
             self.announced.discard(request.id)
             self._lanes_sent = {key for key in self._lanes_sent if key[0] != request.id}

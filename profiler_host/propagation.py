@@ -17,11 +17,12 @@ modules of the list below that the app has imported since (anyio is not imported
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -50,11 +51,11 @@ class _PyInLane:
             raise RuntimeError("InLane: its work ran already")
         self.lane = self.work = None
         token = CURRENT.set(lane)
-        del lane  # the context holds it from here
         try:
             return work(*args, **kwargs)
         finally:
             CURRENT.reset(token)
+            lane.done = True
 
 
 def _in_lane_type() -> type:
@@ -116,14 +117,18 @@ def _in_executor_lane(func: Callable) -> Callable:
     return func if lane is None else _in_lane(lane, func)
 
 
-def _task_context(name: str) -> contextvars.Context | None:
+def _task_context(name: str) -> tuple[contextvars.Context, Lane] | None:
     """A copy of the current context, as a task gets plainly, with a new task lane set."""
     lane = _child_lane(LaneKind.TASK, name)
     if lane is None:
         return None
     context = contextvars.copy_context()
     context.run(CURRENT.set, lane)
-    return context
+    return context, lane
+
+
+def _lane_done(lane: Lane, task: asyncio.Future) -> None:
+    lane.done = True
 
 
 def _create_task(original: Callable) -> Callable:
@@ -135,10 +140,15 @@ def _create_task(original: Callable) -> Callable:
         name: str | None = None,
         context: contextvars.Context | None = None,
     ) -> asyncio.Task:
-        if context is None and CURRENT.get() is not None:  # else: one ContextVar read
-            label = name or getattr(coro, "__qualname__", None) or "task"
-            context = _task_context(label)
-        return original(self, coro, name=name, context=context)
+        if context is not None or CURRENT.get() is None:  # else: one ContextVar read
+            return original(self, coro, name=name, context=context)
+        label = name or getattr(coro, "__qualname__", None) or "task"
+        made = _task_context(label)
+        if made is None:
+            return original(self, coro, name=name, context=context)
+        task = original(self, coro, name=name, context=made[0])
+        task.add_done_callback(functools.partial(_lane_done, made[1]))
+        return task
 
     return create_task
 
@@ -151,6 +161,10 @@ def _thread_start(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def start(self: threading.Thread) -> None:
+        parent = CURRENT.get()
+        if parent is not None and parent.handing_over:  # a pool's own worker thread
+            original(self)
+            return
         lane = _child_lane(LaneKind.THREAD, self.name)
         if lane is None:
             original(self)
@@ -167,9 +181,25 @@ def _thread_start(original: Callable) -> Callable:
 def _submit(original: Callable) -> Callable:
     @functools.wraps(original)
     def submit(self: ThreadPoolExecutor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        return original(self, _in_executor_lane(fn), *args, **kwargs)
+        parent = CURRENT.get()
+        if parent is None:
+            return original(self, fn, *args, **kwargs)
+        with _handing_over(parent):
+            return original(self, _in_executor_lane(fn), *args, **kwargs)
 
     return submit
+
+
+@contextlib.contextmanager
+def _handing_over(lane: Lane) -> Iterator[None]:
+    """While `lane` hands work to a pool, the threads the pool starts for it are the pool's
+    (long-lived, serving later requests too): no lanes of this request. The work itself
+    runs in an executor lane."""
+    lane.handing_over += 1
+    try:
+        yield
+    finally:
+        lane.handing_over -= 1
 
 
 def _call_soon(original: Callable) -> Callable:
@@ -195,7 +225,11 @@ def _call_soon(original: Callable) -> Callable:
 def _anyio_run_sync(original: Callable) -> Callable:
     @functools.wraps(original)
     async def run_sync(func: Callable, *args: Any, **kwargs: Any) -> Any:
-        return await original(_in_executor_lane(func), *args, **kwargs)
+        parent = CURRENT.get()
+        if parent is None:
+            return await original(func, *args, **kwargs)
+        with _handing_over(parent):
+            return await original(_in_executor_lane(func), *args, **kwargs)
 
     return run_sync
 

@@ -85,7 +85,17 @@ class Request(RequestCore):
 
     From the core: `calls` (iterator of call ids), `event_cap`, `truncated`."""
 
-    __slots__ = ("_lane_ids", "end_ns", "id", "lanes", "method", "route", "start_ns", "status")
+    __slots__ = (
+        "_lane_ids",
+        "end_ns",
+        "id",
+        "lanes",
+        "method",
+        "route",
+        "running_lanes",
+        "start_ns",
+        "status",
+    )
 
     def __init__(self, request_id: int, route: str, method: str, event_cap: int) -> None:
         super().__init__(event_cap)
@@ -96,6 +106,7 @@ class Request(RequestCore):
         self.end_ns: int | None = None
         self.status = 0
         self.lanes: list[Lane] = []
+        self.running_lanes: tuple[int, ...] = ()
         self._lane_ids = itertools.count(1)  # next() is atomic: threads may spawn at once
         self._add_lane(MAIN_LANE, LaneKind.MAIN, "main", None, 0)
 
@@ -121,6 +132,8 @@ class Request(RequestCore):
         self.status = status
         self.end_ns = monotonic_ns()
         self.event_cap = 0  # no new call is recorded, and none counts as lost
+        # their calls still open end with the request, as running then, not as lost
+        self.running_lanes = tuple(lane.id for lane in self.lanes[1:] if not lane.done)
         for lane in list(self.lanes):
             lane.record = _ended  # suspensions, resumes, exits of calls still open
 
@@ -152,7 +165,17 @@ class Lane(LaneCore):
 
     From the core: `request`, `thread` (ident), `buffer` and `record` (its `extend`)."""
 
-    __slots__ = ("carried", "id", "kind", "name", "parent", "parent_call", "start_ns")
+    __slots__ = (
+        "carried",
+        "done",
+        "handing_over",
+        "id",
+        "kind",
+        "name",
+        "parent",
+        "parent_call",
+        "start_ns",
+    )
 
     def __init__(
         self,
@@ -171,6 +194,8 @@ class Lane(LaneCore):
         self.parent_call = parent_call
         self.start_ns = monotonic_ns()
         self.carried = 0  # ints at the buffer's start that were taken already
+        self.done = False  # its thread, task or pool work finished (set by propagation)
+        self.handing_over = 0  # > 0 while it hands work to a pool (whose threads are no lanes)
 
     def append(self, event: tuple[int, int, int, int]) -> None:
         """Records one `(kind, function, call, ns)` event (for tools and tests: the hooks

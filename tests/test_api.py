@@ -235,3 +235,20 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
     assert encoded == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
     huge = {"total_ns": 2**70}  # beyond orjson's 64 bits: the stdlib encodes it
     assert json.loads(FastJSONResponse(huge).body) == huge
+
+
+def test_lanes_that_recorded_nothing_are_not_shown() -> None:
+    """A pool thread or a task that ran nothing instrumented is noise; an empty lane that
+    spawned a lane with calls stays, so that lane still hangs where it was spawned."""
+    tree = tree_pb2.StoredTree(
+        functions=["(lane)", "app:f", "app:g"],
+        parent=[-1, 0, -1, -1, -1, 4],
+        function=[0, 1, 0, 0, 0, 2],
+        start_delta_ns=[0] * 6,
+        duration_ns=[10] * 6,
+        self_ns=[0] * 6,
+    )
+    for lane_id, root, parent in (("0", 0, -1), ("1", 2, 0), ("2", 3, 0), ("3", 4, 2)):
+        tree.lanes.add(id=lane_id, kind=0, name=f"lane {lane_id}", root=root, parent_lane=parent)
+    shown = views.lanes(tree)
+    assert [lane["id"] for lane in shown] == ["0", "2", "3"]

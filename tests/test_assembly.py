@@ -593,6 +593,35 @@ def test_missing_exits_at_request_end_are_closed_there_and_marked_truncated() ->
     assert (gen.active_ns, gen.await_ns) == (10, 70)  # suspended until the end
 
 
+def test_calls_open_at_the_end_in_a_lane_still_running_then_are_cut_without_repair() -> None:
+    """A thread, task or pool work that outlives its request (the host lists its lane as
+    running at the end): its open calls, plain or suspended, end with the request as
+    truncated nodes, but the request is complete. The same calls in a lane that finished
+    are missing exits."""
+
+    def pending(running: frozenset[int]) -> PendingRequest:
+        lanes = {
+            1: LaneInfo(LaneKind.THREAD, "worker", parent_lane=0, parent_call=1, start_ns=15),
+            2: LaneInfo(LaneKind.TASK, "background", parent_lane=0, parent_call=1, start_ns=16),
+        }
+        made = request(
+            run(0, (ENTER, F, 1, 10), (EXIT, F, 1, 90)),
+            run(1, (ENTER, G, 11, 20), (ENTER, H, 12, 30)),
+            run(2, (ENTER, GEN, 21, 40), (SUSPEND, GEN, 21, 50)),
+            lanes=lanes,
+            end=100,
+        )
+        made.running_lanes = running
+        return made
+
+    req, problems = build(pending(frozenset({1, 2})))
+    assert problems == Counter() and not req.truncated
+    g, h, gen = calls(req)[11], calls(req)[12], calls(req)[21]
+    assert all(n.end == 100 and n.outcome == Outcome.TRUNCATED for n in (g, h, gen))
+    req, problems = build(pending(frozenset({2})))
+    assert problems == Counter({P.MISSING_EXIT: 2}) and req.truncated
+
+
 def test_events_after_the_requests_end_are_dropped_and_counted() -> None:
     req, problems = build(
         request(

@@ -21,6 +21,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -428,3 +429,32 @@ def test_a_finished_thread_holds_nothing_of_the_request() -> None:
     assert "_bootstrap" not in vars(thread)
     gc.collect()
     assert gc.get_referrers(lane) == [request.lanes]
+
+
+def test_work_still_running_at_the_end_is_listed_and_pool_threads_are_no_lanes() -> None:
+    """At a request's end the host names the lanes whose thread, task or pool work still
+    runs (the server cuts their open calls there without calling them lost); the threads a
+    pool starts to serve the request's work belong to the pool, not to the request."""
+    request = recording.Request(1, "/r", "GET", 100)
+    release = threading.Event()
+    propagation.install()
+    token = CURRENT.set(request.main)
+    try:
+        quick = threading.Thread(target=lambda: None, name="quick")
+        quick.start()
+        quick.join()
+        slow = threading.Thread(target=release.wait, name="slow")
+        slow.start()
+        with ThreadPoolExecutor(2, thread_name_prefix="pool") as pool:
+            pool.submit(len, "work").result()
+            blocked = pool.submit(release.wait)
+            request.finish()
+            release.set()
+            blocked.result()
+        slow.join()
+    finally:
+        CURRENT.reset(token)
+        propagation.uninstall()
+    names = {lane.id: lane.name for lane in request.lanes[1:]}
+    assert sorted(names.values()) == ["Event.wait", "len", "quick", "slow"]
+    assert sorted(names[lane_id] for lane_id in request.running_lanes) == ["Event.wait", "slow"]

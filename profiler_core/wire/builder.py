@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from profiler_core.wire import framing, ingest_pb2
@@ -95,9 +96,15 @@ class BatchBuilder:
         status: int = 0,
         truncated: bool = False,
         route: str = "",
+        running_lanes: Sequence[int] = (),
     ) -> None:
         self._batch.request_ends.add(
-            request_id=request_id, end_ns=end_ns, status=status, truncated=truncated, route=route
+            request_id=request_id,
+            end_ns=end_ns,
+            status=status,
+            truncated=truncated,
+            route=route,
+            running_lanes=running_lanes,
         )
 
     def drops(self, requests: dict[str, int], events: dict[str, int]) -> None:

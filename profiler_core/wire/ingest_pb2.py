@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fprofiler_core/wire/ingest.proto\x12\x13request_profiler.v1\"o\n\x0bHostMessage\x12+\n\x05hello\x18\x01 \x01(\x0b\x32\x1a.request_profiler.v1.HelloH\x00\x12+\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1a.request_profiler.v1.BatchH\x00\x42\x06\n\x04\x62ody\"\xa4\x01\n\x05Hello\x12\x12\n\nsession_id\x18\x01 \x01(\x0c\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x16\n\x0epython_version\x18\x05 \x01(\t\x12\x0f\n\x07wall_ns\x18\x06 \x01(\x03\x12\x14\n\x0cmonotonic_ns\x18\x07 \x01(\x03\x12\x18\n\x10profiler_version\x18\x08 \x01(\t\"\x88\x01\n\x0b\x46unctionDef\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0e\n\x06module\x18\x02 \x01(\t\x12\x10\n\x08qualname\x18\x03 \x01(\t\x12\x0c\n\x04\x66ile\x18\x04 \x01(\t\x12\x0c\n\x04line\x18\x05 \x01(\r\x12/\n\x04kind\x18\x06 \x01(\x0e\x32!.request_profiler.v1.FunctionKind\"S\n\x0cRequestStart\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\r\n\x05route\x18\x02 \x01(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x10\n\x08start_ns\x18\x04 \x01(\x03\"b\n\nRequestEnd\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0e\n\x06\x65nd_ns\x18\x02 \x01(\x03\x12\x0e\n\x06status\x18\x03 \x01(\x05\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\r\n\x05route\x18\x05 \x01(\t\"\xa2\x01\n\x04Lane\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0f\n\x07lane_id\x18\x02 \x01(\r\x12+\n\x04kind\x18\x03 \x01(\x0e\x32\x1d.request_profiler.v1.LaneKind\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x13\n\x0bparent_lane\x18\x05 \x01(\r\x12\x13\n\x0bparent_call\x18\x06 \x01(\x04\x12\x10\n\x08start_ns\x18\x07 \x01(\x03\"\x96\x01\n\x06\x45vents\x12\x13\n\x0brun_request\x18\x01 \x03(\x04\x12\x10\n\x08run_lane\x18\x02 \x03(\r\x12\x12\n\nrun_length\x18\x03 \x03(\r\x12\x0c\n\x04kind\x18\x04 \x01(\x0c\x12\x10\n\x08\x66unction\x18\x05 \x03(\r\x12\x0c\n\x04\x63\x61ll\x18\x06 \x03(\x04\x12\x12\n\ntime_delta\x18\x07 \x03(\x12\x12\x0f\n\x07\x62\x61se_ns\x18\x08 \x01(\x03\"\xdb\x01\n\x05\x44rops\x12:\n\x08requests\x18\x01 \x03(\x0b\x32(.request_profiler.v1.Drops.RequestsEntry\x12\x36\n\x06\x65vents\x18\x02 \x03(\x0b\x32&.request_profiler.v1.Drops.EventsEntry\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a-\n\x0b\x45ventsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xbd\x02\n\x05\x42\x61tch\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x33\n\tfunctions\x18\x02 \x03(\x0b\x32 .request_profiler.v1.FunctionDef\x12\x39\n\x0erequest_starts\x18\x03 \x03(\x0b\x32!.request_profiler.v1.RequestStart\x12(\n\x05lanes\x18\x04 \x03(\x0b\x32\x19.request_profiler.v1.Lane\x12+\n\x06\x65vents\x18\x05 \x01(\x0b\x32\x1b.request_profiler.v1.Events\x12\x35\n\x0crequest_ends\x18\x06 \x03(\x0b\x32\x1f.request_profiler.v1.RequestEnd\x12)\n\x05\x64rops\x18\x07 \x01(\x0b\x32\x1a.request_profiler.v1.Drops\"o\n\rServerMessage\x12\'\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x18.request_profiler.v1.AckH\x00\x12-\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.request_profiler.v1.ConfigH\x00\x42\x06\n\x04\x62ody\"\'\n\x03\x41\x63k\x12\x0e\n\x06stored\x18\x01 \x03(\x04\x12\x10\n\x08rejected\x18\x02 \x03(\x04\"v\n\x06\x43onfig\x12;\n\x08settings\x18\x01 \x03(\x0b\x32).request_profiler.v1.Config.SettingsEntry\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*O\n\x0c\x46unctionKind\x12\x0c\n\x08\x46UNCTION\x10\x00\x12\r\n\tGENERATOR\x10\x01\x12\r\n\tCOROUTINE\x10\x02\x12\x13\n\x0f\x41SYNC_GENERATOR\x10\x03*8\n\x08LaneKind\x12\x08\n\x04MAIN\x10\x00\x12\x08\n\x04TASK\x10\x01\x12\n\n\x06THREAD\x10\x02\x12\x0c\n\x08\x45XECUTOR\x10\x03*l\n\tEventKind\x12\t\n\x05\x45NTER\x10\x00\x12\x08\n\x04\x45XIT\x10\x01\x12\x12\n\x0e\x45XIT_EXCEPTION\x10\x02\x12\x0b\n\x07SUSPEND\x10\x03\x12\n\n\x06RESUME\x10\x04\x12\t\n\x05READY\x10\x05\x12\x12\n\x0e\x45XIT_CANCELLED\x10\x06\x32\\\n\x06Ingest\x12R\n\x06Stream\x12 .request_profiler.v1.HostMessage\x1a\".request_profiler.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fprofiler_core/wire/ingest.proto\x12\x13request_profiler.v1\"o\n\x0bHostMessage\x12+\n\x05hello\x18\x01 \x01(\x0b\x32\x1a.request_profiler.v1.HelloH\x00\x12+\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1a.request_profiler.v1.BatchH\x00\x42\x06\n\x04\x62ody\"\xa4\x01\n\x05Hello\x12\x12\n\nsession_id\x18\x01 \x01(\x0c\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x16\n\x0epython_version\x18\x05 \x01(\t\x12\x0f\n\x07wall_ns\x18\x06 \x01(\x03\x12\x14\n\x0cmonotonic_ns\x18\x07 \x01(\x03\x12\x18\n\x10profiler_version\x18\x08 \x01(\t\"\x88\x01\n\x0b\x46unctionDef\x12\n\n\x02id\x18\x01 \x01(\r\x12\x0e\n\x06module\x18\x02 \x01(\t\x12\x10\n\x08qualname\x18\x03 \x01(\t\x12\x0c\n\x04\x66ile\x18\x04 \x01(\t\x12\x0c\n\x04line\x18\x05 \x01(\r\x12/\n\x04kind\x18\x06 \x01(\x0e\x32!.request_profiler.v1.FunctionKind\"S\n\x0cRequestStart\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\r\n\x05route\x18\x02 \x01(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x10\n\x08start_ns\x18\x04 \x01(\x03\"y\n\nRequestEnd\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0e\n\x06\x65nd_ns\x18\x02 \x01(\x03\x12\x0e\n\x06status\x18\x03 \x01(\x05\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\r\n\x05route\x18\x05 \x01(\t\x12\x15\n\rrunning_lanes\x18\x06 \x03(\r\"\xa2\x01\n\x04Lane\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0f\n\x07lane_id\x18\x02 \x01(\r\x12+\n\x04kind\x18\x03 \x01(\x0e\x32\x1d.request_profiler.v1.LaneKind\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x13\n\x0bparent_lane\x18\x05 \x01(\r\x12\x13\n\x0bparent_call\x18\x06 \x01(\x04\x12\x10\n\x08start_ns\x18\x07 \x01(\x03\"\x96\x01\n\x06\x45vents\x12\x13\n\x0brun_request\x18\x01 \x03(\x04\x12\x10\n\x08run_lane\x18\x02 \x03(\r\x12\x12\n\nrun_length\x18\x03 \x03(\r\x12\x0c\n\x04kind\x18\x04 \x01(\x0c\x12\x10\n\x08\x66unction\x18\x05 \x03(\r\x12\x0c\n\x04\x63\x61ll\x18\x06 \x03(\x04\x12\x12\n\ntime_delta\x18\x07 \x03(\x12\x12\x0f\n\x07\x62\x61se_ns\x18\x08 \x01(\x03\"\xdb\x01\n\x05\x44rops\x12:\n\x08requests\x18\x01 \x03(\x0b\x32(.request_profiler.v1.Drops.RequestsEntry\x12\x36\n\x06\x65vents\x18\x02 \x03(\x0b\x32&.request_profiler.v1.Drops.EventsEntry\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\x1a-\n\x0b\x45ventsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\xbd\x02\n\x05\x42\x61tch\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x33\n\tfunctions\x18\x02 \x03(\x0b\x32 .request_profiler.v1.FunctionDef\x12\x39\n\x0erequest_starts\x18\x03 \x03(\x0b\x32!.request_profiler.v1.RequestStart\x12(\n\x05lanes\x18\x04 \x03(\x0b\x32\x19.request_profiler.v1.Lane\x12+\n\x06\x65vents\x18\x05 \x01(\x0b\x32\x1b.request_profiler.v1.Events\x12\x35\n\x0crequest_ends\x18\x06 \x03(\x0b\x32\x1f.request_profiler.v1.RequestEnd\x12)\n\x05\x64rops\x18\x07 \x01(\x0b\x32\x1a.request_profiler.v1.Drops\"o\n\rServerMessage\x12\'\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x18.request_profiler.v1.AckH\x00\x12-\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.request_profiler.v1.ConfigH\x00\x42\x06\n\x04\x62ody\"\'\n\x03\x41\x63k\x12\x0e\n\x06stored\x18\x01 \x03(\x04\x12\x10\n\x08rejected\x18\x02 \x03(\x04\"v\n\x06\x43onfig\x12;\n\x08settings\x18\x01 \x03(\x0b\x32).request_profiler.v1.Config.SettingsEntry\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*O\n\x0c\x46unctionKind\x12\x0c\n\x08\x46UNCTION\x10\x00\x12\r\n\tGENERATOR\x10\x01\x12\r\n\tCOROUTINE\x10\x02\x12\x13\n\x0f\x41SYNC_GENERATOR\x10\x03*8\n\x08LaneKind\x12\x08\n\x04MAIN\x10\x00\x12\x08\n\x04TASK\x10\x01\x12\n\n\x06THREAD\x10\x02\x12\x0c\n\x08\x45XECUTOR\x10\x03*l\n\tEventKind\x12\t\n\x05\x45NTER\x10\x00\x12\x08\n\x04\x45XIT\x10\x01\x12\x12\n\x0e\x45XIT_EXCEPTION\x10\x02\x12\x0b\n\x07SUSPEND\x10\x03\x12\n\n\x06RESUME\x10\x04\x12\t\n\x05READY\x10\x05\x12\x12\n\x0e\x45XIT_CANCELLED\x10\x06\x32\\\n\x06Ingest\x12R\n\x06Stream\x12 .request_profiler.v1.HostMessage\x1a\".request_profiler.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,12 +37,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DROPS_EVENTSENTRY']._serialized_options = b'8\001'
   _globals['_CONFIG_SETTINGSENTRY']._loaded_options = None
   _globals['_CONFIG_SETTINGSENTRY']._serialized_options = b'8\001'
-  _globals['_FUNCTIONKIND']._serialized_start=1794
-  _globals['_FUNCTIONKIND']._serialized_end=1873
-  _globals['_LANEKIND']._serialized_start=1875
-  _globals['_LANEKIND']._serialized_end=1931
-  _globals['_EVENTKIND']._serialized_start=1933
-  _globals['_EVENTKIND']._serialized_end=2041
+  _globals['_FUNCTIONKIND']._serialized_start=1817
+  _globals['_FUNCTIONKIND']._serialized_end=1896
+  _globals['_LANEKIND']._serialized_start=1898
+  _globals['_LANEKIND']._serialized_end=1954
+  _globals['_EVENTKIND']._serialized_start=1956
+  _globals['_EVENTKIND']._serialized_end=2064
   _globals['_HOSTMESSAGE']._serialized_start=56
   _globals['_HOSTMESSAGE']._serialized_end=167
   _globals['_HELLO']._serialized_start=170
@@ -52,27 +52,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REQUESTSTART']._serialized_start=475
   _globals['_REQUESTSTART']._serialized_end=558
   _globals['_REQUESTEND']._serialized_start=560
-  _globals['_REQUESTEND']._serialized_end=658
-  _globals['_LANE']._serialized_start=661
-  _globals['_LANE']._serialized_end=823
-  _globals['_EVENTS']._serialized_start=826
-  _globals['_EVENTS']._serialized_end=976
-  _globals['_DROPS']._serialized_start=979
-  _globals['_DROPS']._serialized_end=1198
-  _globals['_DROPS_REQUESTSENTRY']._serialized_start=1104
-  _globals['_DROPS_REQUESTSENTRY']._serialized_end=1151
-  _globals['_DROPS_EVENTSENTRY']._serialized_start=1153
-  _globals['_DROPS_EVENTSENTRY']._serialized_end=1198
-  _globals['_BATCH']._serialized_start=1201
-  _globals['_BATCH']._serialized_end=1518
-  _globals['_SERVERMESSAGE']._serialized_start=1520
-  _globals['_SERVERMESSAGE']._serialized_end=1631
-  _globals['_ACK']._serialized_start=1633
-  _globals['_ACK']._serialized_end=1672
-  _globals['_CONFIG']._serialized_start=1674
-  _globals['_CONFIG']._serialized_end=1792
-  _globals['_CONFIG_SETTINGSENTRY']._serialized_start=1745
-  _globals['_CONFIG_SETTINGSENTRY']._serialized_end=1792
-  _globals['_INGEST']._serialized_start=2043
-  _globals['_INGEST']._serialized_end=2135
+  _globals['_REQUESTEND']._serialized_end=681
+  _globals['_LANE']._serialized_start=684
+  _globals['_LANE']._serialized_end=846
+  _globals['_EVENTS']._serialized_start=849
+  _globals['_EVENTS']._serialized_end=999
+  _globals['_DROPS']._serialized_start=1002
+  _globals['_DROPS']._serialized_end=1221
+  _globals['_DROPS_REQUESTSENTRY']._serialized_start=1127
+  _globals['_DROPS_REQUESTSENTRY']._serialized_end=1174
+  _globals['_DROPS_EVENTSENTRY']._serialized_start=1176
+  _globals['_DROPS_EVENTSENTRY']._serialized_end=1221
+  _globals['_BATCH']._serialized_start=1224
+  _globals['_BATCH']._serialized_end=1541
+  _globals['_SERVERMESSAGE']._serialized_start=1543
+  _globals['_SERVERMESSAGE']._serialized_end=1654
+  _globals['_ACK']._serialized_start=1656
+  _globals['_ACK']._serialized_end=1695
+  _globals['_CONFIG']._serialized_start=1697
+  _globals['_CONFIG']._serialized_end=1815
+  _globals['_CONFIG_SETTINGSENTRY']._serialized_start=1768
+  _globals['_CONFIG_SETTINGSENTRY']._serialized_end=1815
+  _globals['_INGEST']._serialized_start=2066
+  _globals['_INGEST']._serialized_end=2158
 # @@protoc_insertion_point(module_scope)

@@ -103,18 +103,20 @@ class RequestStart(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., route: _Optional[str] = ..., method: _Optional[str] = ..., start_ns: _Optional[int] = ...) -> None: ...
 
 class RequestEnd(_message.Message):
-    __slots__ = ("request_id", "end_ns", "status", "truncated", "route")
+    __slots__ = ("request_id", "end_ns", "status", "truncated", "route", "running_lanes")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     END_NS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_LANES_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     end_ns: int
     status: int
     truncated: bool
     route: str
-    def __init__(self, request_id: _Optional[int] = ..., end_ns: _Optional[int] = ..., status: _Optional[int] = ..., truncated: _Optional[bool] = ..., route: _Optional[str] = ...) -> None: ...
+    running_lanes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[int] = ..., end_ns: _Optional[int] = ..., status: _Optional[int] = ..., truncated: _Optional[bool] = ..., route: _Optional[str] = ..., running_lanes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Lane(_message.Message):
     __slots__ = ("request_id", "lane_id", "kind", "name", "parent_lane", "parent_call", "start_ns")

@@ -1,4 +1,4 @@
-"""Stored records -> the API's JSON shapes (DESIGN.md §2)."""
+"""Stored records -> the API's JSON shapes (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,7 @@ def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
     for node, p in zip(nodes, tree.parent, strict=True):
         if p >= 0:
             nodes[p]["children"].append(node)
+    shown = _lanes_shown(tree, nodes)
     return [
         {
             "id": lane.id,
@@ -105,5 +106,19 @@ def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
             "parent_node": lane.parent_node if lane.parent_node >= 0 else None,
             "root": nodes[lane.root],
         }
-        for lane in tree.lanes
+        for lane in shown
     ]
+
+
+def _lanes_shown(tree: tree_pb2.StoredTree, nodes: list[dict]) -> list[tree_pb2.StoredLane]:
+    """The main lane, and every lane that recorded a call or spawned a lane shown: a pool's
+    worker thread started by the request, or a task that ran nothing instrumented, is noise
+    (lanes come parents first, so one pass from the end sees children first)."""
+    spawned_shown: set[int] = set()
+    shown = []
+    for lane in reversed(tree.lanes):
+        own_id = int(lane.id) if lane.id.isdigit() else -2
+        if lane.parent_lane < 0 or nodes[lane.root]["children"] or own_id in spawned_shown:
+            shown.append(lane)
+            spawned_shown.add(lane.parent_lane)
+    return shown[::-1]

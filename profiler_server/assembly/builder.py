@@ -74,10 +74,17 @@ def _columns(
 class _Repairs:
     """Everything off the common path: lanes, suspensions, odd exits, the end of the request."""
 
-    def __init__(self, tree: CallTree, infos: dict[int, LaneInfo], problems: Counter) -> None:
+    def __init__(
+        self,
+        tree: CallTree,
+        infos: dict[int, LaneInfo],
+        problems: Counter,
+        running: frozenset[int] = frozenset(),
+    ) -> None:
         self.tree = tree
         self.infos = infos
         self.problems = problems
+        self.running = running  # lanes whose work still ran at the request's end
         self.lanes: dict[int, _Lane] = {}
         self.call_node: dict[int, int] = {}
         # lanes (index in tree.lanes) to hang once every call is known: under the call their
@@ -186,7 +193,8 @@ class _Repairs:
             extra[READY_AT] = t
 
     def finish(self, end: int) -> None:
-        """Closes what is still open at the request's end, marked truncated."""
+        """Closes what is still open at the request's end, marked truncated: a repair, but
+        in a lane whose thread, task or pool work still ran then (the host says which)."""
         tree = self.tree
         for lane_id, lane in self.lanes.items():
             stack = lane.stack
@@ -195,17 +203,27 @@ class _Repairs:
                 lane.last = end
             while stack:
                 self.close(stack.pop(), end, Outcome.TRUNCATED)
-                self.problems[P.MISSING_EXIT] += 1
+                if lane_id not in self.running:
+                    self.problems[P.MISSING_EXIT] += 1
             tree.end[lane.root] = end if lane_id == MAIN_LANE else lane.last
         roots = {lane.lane_id: lane.root for lane in tree.lanes}
         for spawned in reversed(tree.lanes):  # a lane lasts at least as long as its children
             if spawned.parent_lane is not None:
                 parent_root = roots[spawned.parent_lane]
                 tree.end[parent_root] = max(tree.end[parent_root], tree.end[spawned.root])
+        lane_of_root = {root: lane_id for lane_id, root in roots.items()}
         for node in tree.extras:
             if tree.end[node] < 0:  # still suspended
                 self.close(node, end, Outcome.TRUNCATED)
-                self.problems[P.MISSING_EXIT] += 1
+                if lane_of_root.get(self.root_of(node)) not in self.running:
+                    self.problems[P.MISSING_EXIT] += 1
+
+    def root_of(self, node: int) -> int:
+        """The lane root `node` hangs under."""
+        parent = self.tree.parent
+        while parent[node] >= 0:
+            node = parent[node]
+        return node
 
 
 def _end_slice(extra: list[int], t: int) -> None:
@@ -272,7 +290,7 @@ def assemble(
     end = max(end, start)
 
     tree = CallTree()
-    repairs = _Repairs(tree, pending.lanes, problems)
+    repairs = _Repairs(tree, pending.lanes, problems, pending.running_lanes)
     missing_before = problems[P.MISSING_EXIT]
     lane = repairs.open_lane(MAIN_LANE, start, LaneKind.MAIN, main_name or "main")
     for lane_id, info in sorted(pending.lanes.items()):

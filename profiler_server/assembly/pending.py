@@ -26,6 +26,9 @@ class PendingRequest:
     end_ns: int | None = None
     status: int | None = None
     host_truncated: bool = False
+    # lanes whose thread, task or pool work still ran at the end: calls open then are cut
+    # there as running, not repaired
+    running_lanes: frozenset[int] = frozenset()
     end_seq: int = 0  # the batch that carried the end record
     lanes: dict[int, LaneInfo] = field(default_factory=dict)
     runs: list[tuple[int, Run]] = field(default_factory=list)  # (seq, run) in arrival order

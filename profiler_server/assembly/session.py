@@ -159,6 +159,7 @@ class Session:
                 if end.route:
                     pending.route = end.route[:MAX_ROUTE]
                 pending.host_truncated = pending.host_truncated or end.truncated
+                pending.running_lanes = frozenset(end.running_lanes)
                 pending.end_seq = seq
         applied.drops_requests = dict(batch.drops.requests)
         applied.drops_events = dict(batch.drops.events)

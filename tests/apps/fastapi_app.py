@@ -1,0 +1,55 @@
+"""A small FastAPI app: `yield` dependencies (sync ones run in anyio's worker threads), an
+`HTTPException` leaving them, and work handed to the loop's executor."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Depends, FastAPI, HTTPException
+
+app = FastAPI()
+
+
+def sync_resource():
+    try:
+        yield "sync"
+    finally:
+        pass
+
+
+async def async_resource():
+    try:
+        yield "async"
+    finally:
+        await asyncio.sleep(0)
+
+
+@app.get("/health")
+def health() -> dict:
+    return {"ok": True}
+
+
+@app.get("/sync/{item_id}")
+def sync_item(item_id: int, resource: str = Depends(sync_resource)) -> dict:
+    if item_id == 0:
+        raise HTTPException(status_code=404, detail="no such item")
+    return {"id": item_id, "resource": resource}
+
+
+@app.get("/async/{item_id}")
+async def async_item(
+    item_id: int,
+    first: str = Depends(async_resource),
+    second: str = Depends(sync_resource),
+) -> dict:
+    if item_id == 0:
+        raise HTTPException(status_code=404, detail="no such item")
+    await asyncio.sleep(0.001)
+    return {"id": item_id, "resources": [first, second]}
+
+
+@app.get("/executor")
+async def executor() -> dict:
+    loop = asyncio.get_running_loop()
+    total = await loop.run_in_executor(None, sum, [1, 2, 3])
+    return {"total": total, "length": await asyncio.to_thread(len, "abc")}
