@@ -51,6 +51,7 @@ def serve(server: ServerProcess, tmp_path: Path, service: str, app: str, include
     }
     command = [
         *host("--server", server.target, "--service", service, "--sample-rate", "1000",
+              "--flush-timeout", "30s",
               "--include", include, "--"),
         sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
@@ -95,7 +96,7 @@ def test_fastapi_with_anyio_instrumented_gives_complete_trees(
     try:
         statuses = [httpx.get(app.url + path, timeout=30).status_code for path in paths]
     finally:
-        app.stop(grace=10)
+        app.stop(grace=40)  # the host flushes for up to --flush-timeout
     assert statuses == [404, 200, 404, 200, 200] * 3
     details = assert_complete(server, requests_stored(server, "fastapi", len(paths) + 1))
     by_route: dict[str, list[dict]] = {}
@@ -123,7 +124,7 @@ def test_django_with_asgiref_instrumented_gives_complete_trees(
     try:
         statuses = [httpx.get(app.url + path, timeout=30).status_code for path in paths]
     finally:
-        app.stop(grace=10)
+        app.stop(grace=40)  # the host flushes for up to --flush-timeout
     assert statuses == [200, 404, 200, 200] * 5
     details = assert_complete(server, requests_stored(server, "django", len(paths) + 1))
     called = {f for detail in details for f in functions_in(detail)}
