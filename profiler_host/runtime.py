@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from contextvars import Token
 from pathlib import Path
 
-from profiler_host import hooks, propagation, recording
+from profiler_host import hooks, notices, propagation, recording
 from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
@@ -48,6 +48,8 @@ class Profiler:
         )
         self._ids = itertools.count(1)
         self._whole: Request | None = None
+        self._instrumenting = False
+        self._imported_before_fork: frozenset[str] = frozenset()  # the parent tells of those
         self.started = False
 
     def start(self) -> None:
@@ -64,6 +66,7 @@ class Profiler:
         else:
             self.finder.install()
             self.instrumenter.sweep()
+            self._instrumenting = True
         atexit.register(self.stop)
         if self.settings.whole_process:
             self._begin_whole_process()
@@ -76,6 +79,8 @@ class Profiler:
         if self._whole is not None:
             self.end(self._whole)
             self._whole = None
+        if self._instrumenting:
+            notices.uninstrumented(self.finder.uninstrumented(skip=self._imported_before_fork))
         self.finder.uninstall()
         self.instrumenter.uninstrument()
         propagation.uninstall()
@@ -88,6 +93,7 @@ class Profiler:
             request.event_cap = 0
         hooks.ACTIVE.clear()
         CURRENT.set(None)
+        self._imported_before_fork = frozenset(sys.modules)
         self.transport.after_fork()  # a new session sends every definition again
         if self._whole is not None:
             self._begin_whole_process()

@@ -6,10 +6,15 @@ up with, and the host says at exit which wanted modules have no instrumented fun
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import PathFinder
+from importlib.util import spec_from_file_location
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +23,7 @@ from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
 from profiler_host.instrumenter import Instrumenter
+from tests.processes import free_port, host
 
 CORE = """
 import functools
@@ -117,3 +123,159 @@ def test_include_of_a_package_instruments_its_submodules(package: Path, unhook: 
     assert instrumented(core.plain) and instrumented(deep.deep)
     assert instrumented(sys.modules["shopapp"].top)
     assert not instrumented(importlib.import_module("shopapp_extra").extra)
+
+
+class RewritingHook(MetaPathFinder, Loader):
+    """Finder and loader in one, like pytest's assertion rewriter: it compiles and execs the
+    modules it wants itself (no `get_code`), flags itself while it does (its finder half
+    reads the flag) and remembers what it loaded."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.running: str | None = None
+        self.loaded: list[str] = []
+
+    def find_spec(self, fullname, path=None, target=None):
+        if self.running or fullname.split(".")[0] != self.prefix:
+            return None
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.origin is None:
+            return None
+        return spec_from_file_location(
+            fullname, spec.origin, loader=self,
+            submodule_search_locations=spec.submodule_search_locations,
+        )  # fmt: skip
+
+    def exec_module(self, module) -> None:
+        self.running = module.__name__  # rebinds an attribute: state our copy must share
+        origin = module.__spec__.origin
+        code = compile(Path(origin).read_text(), origin, "exec", dont_inherit=True)
+        self.running = None
+        self.loaded.append(module.__name__)
+        exec(code, module.__dict__)
+
+
+def assert_core_instrumented(core) -> None:
+    for func in (
+        core.plain, core.decorated, core.decorated.__wrapped__, core.add_two, core.REGISTRY[0],
+        core.Shape.area, core.Shape.name.fget, core.make_adder(1),
+    ):  # fmt: skip
+        assert instrumented(func), func
+
+
+def test_modules_a_loader_runs_without_get_code_are_instrumented(package: Path, unhook: list):
+    rewriting = RewritingHook("shopapp")
+    sys.meta_path.insert(0, rewriting)
+    inst, finder = hooked("shopapp")  # in front of it: we ask it, it answers
+    unhook += [finder, inst, rewriting]
+    core = importlib.import_module("shopapp.core")
+    assert_core_instrumented(core)
+    assert isinstance(core.__loader__, RewritingHook) and core.__loader__ is not rewriting
+    assert rewriting.loaded == ["shopapp", "shopapp.core"] and rewriting.running is None
+    assert inst.instrumented_in["shopapp.core"] >= 8 and finder.uninstrumented() == {}
+
+
+def test_a_finder_put_in_front_later_is_caught_up_with(package: Path, unhook: list):
+    """pytest's order: our finder first at start, its rewriter inserted in front later."""
+    inst, finder = hooked("shopapp")
+    rewriting = RewritingHook("shopapp")
+    sys.meta_path.insert(0, rewriting)
+    unhook += [finder, inst, rewriting]
+    (package / "__init__.py").write_text("def top():\n    return 0\n\nimport otherapp\n")
+    core = importlib.import_module("shopapp.core")  # shopapp imports otherapp while it runs
+    assert sys.meta_path[0] is finder  # taken back at otherapp's import
+    assert rewriting.loaded == ["shopapp", "shopapp.core"]  # still loads its modules
+    assert_core_instrumented(core)
+    importlib.import_module("shopapp_extra")  # shopapp had not finished at the catch-up
+    assert instrumented(sys.modules["shopapp"].top)
+    assert finder.uninstrumented() == {}
+
+
+class Delegating(MetaPathFinder):
+    """A finder that, like ours, asks the rest of `sys.meta_path` for the spec."""
+
+    def __init__(self) -> None:
+        self.answered: list[str] = []
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("shopapp"):
+            return None
+        for finder in list(sys.meta_path):
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    self.answered.append(fullname)
+                    return spec
+        return None
+
+
+def test_finders_that_ask_each_other_do_not_recurse(package: Path, unhook: list):
+    inst, finder = hooked("shopapp")
+    delegating = Delegating()
+    sys.meta_path.insert(0, delegating)
+    unhook += [finder, inst, delegating]
+    core = importlib.import_module("shopapp.core")
+    assert instrumented(core.plain) and "shopapp.core" in delegating.answered
+
+
+class ClassLoader:
+    """A loader that is a class (as importlib's BuiltinImporter is): no instance to wrap."""
+
+    @classmethod
+    def create_module(cls, spec):
+        return None
+
+    @classmethod
+    def exec_module(cls, module) -> None:
+        origin = module.__spec__.origin
+        exec(compile(Path(origin).read_text(), origin, "exec"), module.__dict__)
+
+
+class ClassLoading(MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        spec = PathFinder.find_spec(fullname, path) if fullname == "shopapp_extra" else None
+        if spec is None:
+            return None
+        return spec_from_file_location(fullname, spec.origin, loader=ClassLoader)
+
+
+def test_what_could_not_be_instrumented_is_told_with_the_reason(package: Path, unhook: list):
+    inst, finder = hooked("shopapp*")
+    unhook += [finder, inst]
+    sys.meta_path.insert(1, ClassLoading())  # behind ours, before the path finder
+    unhook.append(sys.meta_path[1])
+    extra = importlib.import_module("shopapp_extra")
+    (reason,) = finder.uninstrumented().values()
+    assert "could not be wrapped" in reason
+    made = ModuleType("shopapp.made")  # exec'd into a module object by hand
+    path = package / "made.py"
+    path.write_text("def made():\n    return 1\n\nVALUE = 2\n")
+    exec(compile(path.read_text(), str(path), "exec"), made.__dict__)
+    sys.modules["shopapp.made"] = made
+    importlib.import_module("shopapp.sub")  # the pending module is caught up with here
+    assert instrumented(extra.extra)
+    missed = finder.uninstrumented()
+    assert list(missed) == ["shopapp.made"]
+    assert "without the import system" in missed["shopapp.made"]
+    assert finder.uninstrumented(skip={"shopapp.made"}) == {}
+    importlib.import_module("shopapp.core")
+    assert "shopapp.sub" not in finder.uninstrumented()  # defines no function
+
+
+def run_host(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`profiler-host run ARGS` with no server listening (nothing here needs one)."""
+    command = host("--server", f"127.0.0.1:{free_port()}", "--flush-timeout", "0s", *args)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_a_wanted_module_run_past_the_import_hook_is_named_at_exit(tmp_path: Path):
+    """`python -m tool` runs tool's code as `__main__` (the default include) through runpy,
+    which the import hook never sees as `__main__`: the host says so once."""
+    (tmp_path / "tool.py").write_text("def main():\n    return 1\n\nmain()\n")
+    done = run_host(tmp_path, "--", sys.executable, "-m", "tool")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("ran with no function instrumented") == 1, done.stderr
+    assert "  __main__: " in done.stderr and "runpy" in done.stderr
+    (tmp_path / "job.py").write_text("def main():\n    return 1\n\nmain()\n")
+    done = run_host(tmp_path, "--", sys.executable, "job.py")  # the script runner's way
+    assert "no function instrumented" not in done.stderr, done.stderr
