@@ -94,6 +94,7 @@ def enter(lane: recording.Lane, fid: int) -> tuple | None:
         cid = next(request.calls)
         if cid > request.event_cap >> 1:
             request.truncated = True
+            request.unrecorded += 1
             return None
         fk = fid << KIND_BITS
         record = lane.record
