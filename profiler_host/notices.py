@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from profiler_host.recording import Request
+
 log = logging.getLogger("profiler_host")
 
 NAMED = 10  # modules named per reason; the rest are counted
@@ -32,3 +34,26 @@ def uninstrumented(missed: dict[str, str]) -> None:
 def _names(names: list[str]) -> str:
     shown = ", ".join(names[:NAMED])
     return shown if len(names) <= NAMED else f"{shown} and {len(names) - NAMED} more"
+
+
+def nothing_sampled() -> None:
+    log.warning(
+        "request-profiler: nothing was sampled in this process: no request reached the "
+        "profiler's middleware or profile_request(). To record a script, job or test run "
+        "as one request, run it with --whole-process (PROFILER_WHOLE_PROCESS=true)."
+    )
+
+
+def calls_not_recorded(request: Request) -> None:
+    """The whole-process request went over its event cap: the calls after it ran their
+    original code, unrecorded."""
+    if not request.unrecorded:
+        return
+    log.warning(
+        "request-profiler: the whole-process request reached --max-request-events "
+        "(%d events): %d calls after that were not recorded. Raise --max-request-events "
+        "(PROFILER_MAX_REQUEST_EVENTS) to record them; the server keeps at most its own "
+        "--max-request-events per request.",
+        request.event_cap,
+        request.unrecorded,
+    )
