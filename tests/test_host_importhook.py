@@ -6,9 +6,12 @@ up with, and the host says at exit which wanted modules have no instrumented fun
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
+import tarfile
 import textwrap
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import PathFinder
@@ -16,6 +19,7 @@ from importlib.util import spec_from_file_location
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 
 from profiler_host import hooks
@@ -23,7 +27,8 @@ from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
 from profiler_host.instrumenter import Instrumenter
-from tests.processes import free_port, host
+from tests.helpers import eventually, stored_requests
+from tests.processes import ServerProcess, free_port, host
 
 CORE = """
 import functools
@@ -279,3 +284,124 @@ def test_a_wanted_module_run_past_the_import_hook_is_named_at_exit(tmp_path: Pat
     (tmp_path / "job.py").write_text("def main():\n    return 1\n\nmain()\n")
     done = run_host(tmp_path, "--", sys.executable, "job.py")  # the script runner's way
     assert "no function instrumented" not in done.stderr, done.stderr
+
+
+# A package from PyPI that ships a pytest plugin (entry point `pytest11`: typeguard =
+# typeguard._pytest_plugin). pytest marks every module of such a distribution for its
+# assertion rewriter, which imports the plugin, and so the package, before any test runs.
+PLUGIN_DIST, PLUGIN_VERSION = "typeguard", "4.6.0"
+CACHE = Path(
+    os.environ.get("REQUEST_PROFILER_SDIST_CACHE")
+    or Path.home() / ".cache" / "request-profiler" / "sdists"
+)
+RUN_TIMEOUT = 300
+
+
+def from_pypi(filename: str, *pip_options: str) -> Path:
+    """A pinned file of the plugin's release, from the cache (PyPI on first use)."""
+    cached = CACHE / filename
+    if not cached.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                *pip_options, "--dest", str(CACHE), f"{PLUGIN_DIST}=={PLUGIN_VERSION}",
+            ],
+            check=True,
+            timeout=RUN_TIMEOUT,
+        )  # fmt: skip
+    assert cached.exists(), f"pip download did not leave {filename} in {CACHE}"
+    return cached
+
+
+def installed_with_its_sources(tmp_path: Path) -> tuple[Path, Path]:
+    """The wheel installed into a directory of its own (its metadata is what registers
+    the plugin) and the sdist unpacked (its tests): (site directory, sources)."""
+    wheel = from_pypi(f"{PLUGIN_DIST}-{PLUGIN_VERSION}-py3-none-any.whl", "--only-binary=:all:")
+    sdist = from_pypi(f"{PLUGIN_DIST}-{PLUGIN_VERSION}.tar.gz", "--no-binary=:all:")
+    site = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+            "--target", str(site), str(wheel),
+        ],
+        check=True,
+        timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    return site, tmp_path / "src" / f"{PLUGIN_DIST}-{PLUGIN_VERSION}"
+
+
+def passed(junit: Path) -> set[str]:
+    return {
+        f"{case.get('classname')}::{case.get('name')}"
+        for case in ET.parse(junit).iter("testcase")
+        if not any(case.find(tag) is not None for tag in ("failure", "error", "skipped"))
+    }
+
+
+def run_suite(site: Path, source: Path, junit: Path, prefix: list[str]):
+    """The plugin's own suite, plugins autoloaded as a user's pytest run loads them (the
+    caller's PYTEST_* settings dropped); its mypy tests need mypy, left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    command = [
+        *prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "--ignore=tests/mypy", f"--junitxml={junit}",
+    ]  # fmt: skip
+    return subprocess.run(
+        command, cwd=source, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(f"sqlite:///{tmp_path / 'profiles.db'}", tmp_path / "server.log")
+    try:
+        yield proc
+    finally:
+        proc.stop(grace=10)
+
+
+@pytest.mark.slow
+def test_a_package_with_a_pytest_plugin_is_instrumented_under_its_own_suite(
+    tmp_path: Path, server: ServerProcess
+):
+    site, source = installed_with_its_sources(tmp_path)
+    plain = run_suite(site, source, tmp_path / "plain.xml", [])
+    expected = passed(tmp_path / "plain.xml")
+    assert len(expected) > 400, plain.stdout[-3000:]
+
+    host_run = host(
+        "--server", server.target, "--service", "plugin-suite",
+        "--include", f"{PLUGIN_DIST},tests", "--whole-process",
+        "--max-request-events", "100000000", "--flush-timeout", "60s", "--",
+    )  # fmt: skip
+    profiled = run_suite(site, source, tmp_path / "profiled.xml", host_run)
+    broken = sorted(expected - passed(tmp_path / "profiled.xml"))
+    assert not broken, (broken[:20], profiled.stdout[-5000:])
+    assert "request-profiler" not in profiled.stderr, profiled.stderr[-3000:]
+
+    def the_run() -> list[dict]:  # its subprocesses are requests of their own
+        return [
+            r
+            for r in stored_requests(server.http, service="plugin-suite")
+            if r["route"] == "pytest"
+        ]
+
+    (run,) = eventually(the_run, 60)
+    assert run["truncated"] is False
+    answer = httpx.get(
+        f"{server.http}/api/functions", params={"service": "plugin-suite"}, timeout=30
+    )
+    calls = {f["function"]: f["calls"] for f in answer.json()["functions"]}
+    package = [name for name in calls if name.split(".")[0] == PLUGIN_DIST]
+    tests = [name for name in calls if name.startswith("tests.")]
+    assert len(package) >= 100 and len(tests) >= 300, (len(package), len(tests))
+    for name in (
+        "typeguard._checkers:check_type_internal",  # loaded by pytest's rewriter
+        "tests.test_checkers:TestAnyStr.test_valid",  # a test module pytest rewrote
+        "tests.conftest:sample_set",  # a fixture in the rewritten conftest
+    ):
+        assert calls.get(name), (name, sorted(calls)[:50])
