@@ -286,6 +286,18 @@ def test_a_wanted_module_run_past_the_import_hook_is_named_at_exit(tmp_path: Pat
     assert "no function instrumented" not in done.stderr, done.stderr
 
 
+def test_include_of_an_installed_package_reaches_its_submodules(tmp_path: Path):
+    """The filed case: `--include attr` instrumented attr/__init__.py's two functions."""
+    count = (
+        "import attr, profiler_host.runtime as r\n"
+        "print(sum(n for m, n in r.active().instrumenter.instrumented_in.items()"
+        " if m.startswith('attr.')))"
+    )
+    done = run_host(tmp_path, "--include", "attr", "--", sys.executable, "-c", count)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 100
+
+
 # A package from PyPI that ships a pytest plugin (entry point `pytest11`: typeguard =
 # typeguard._pytest_plugin). pytest marks every module of such a distribution for its
 # assertion rewriter, which imports the plugin, and so the package, before any test runs.
