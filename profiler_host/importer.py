@@ -154,11 +154,14 @@ class InstrumentingFinder(MetaPathFinder):
         loader = getattr(module, "__loader__", None)
         if name in self._pending:
             return f"loaded by {_name(loader)} in front of the import hook, never caught up with"
-        if module not in self._handled and loader is None:
+        if module in self._handled:
+            return "none of its functions could be rewritten"
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.name != name:  # `python -m NAME`: runpy's __main__
+            return f"runpy ran {spec.name} as {name} (--include {spec.name} instruments it)"
+        if loader is None:
             return "made without the import system (exec into a module object)"
-        if module not in self._handled:
-            return f"{_name(loader)} ran it past the import hook (runpy, or exec_module called)"
-        return "none of its functions could be rewritten"
+        return f"{_name(loader)} ran it past the import hook"
 
 
 def _finished(module: object) -> bool:
@@ -168,7 +171,10 @@ def _finished(module: object) -> bool:
 
 
 def _name(loader: object) -> str:
+    """The loader's class, as importlib's own are known (not `_frozen_importlib...`)."""
     kind = loader if isinstance(loader, type) else type(loader)
+    if kind.__module__.startswith("_frozen_importlib"):
+        return kind.__qualname__
     return f"{kind.__module__}.{kind.__qualname__}"
 
 

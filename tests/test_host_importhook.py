@@ -15,14 +15,14 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import PathFinder
-from importlib.util import spec_from_file_location
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 from types import ModuleType
 
 import httpx
 import pytest
 
-from profiler_host import hooks
+from profiler_host import hooks, rewriter
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
@@ -135,13 +135,13 @@ class RewritingHook(MetaPathFinder, Loader):
     modules it wants itself (no `get_code`), flags itself while it does (its finder half
     reads the flag) and remembers what it loaded."""
 
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
+    def __init__(self, *tops: str) -> None:
+        self.tops = tops
         self.running: str | None = None
         self.loaded: list[str] = []
 
     def find_spec(self, fullname, path=None, target=None):
-        if self.running or fullname.split(".")[0] != self.prefix:
+        if self.running or fullname.split(".")[0] not in self.tops:
             return None
         spec = PathFinder.find_spec(fullname, path)
         if spec is None or spec.origin is None:
@@ -182,17 +182,22 @@ def test_modules_a_loader_runs_without_get_code_are_instrumented(package: Path, 
 
 def test_a_finder_put_in_front_later_is_caught_up_with(package: Path, unhook: list):
     """pytest's order: our finder first at start, its rewriter inserted in front later."""
-    inst, finder = hooked("shopapp")
-    rewriting = RewritingHook("shopapp")
+    inst, finder = hooked("shopapp*")
+    rewriting = RewritingHook("shopapp", "shopapp_extra")
     sys.meta_path.insert(0, rewriting)
     unhook += [finder, inst, rewriting]
     (package / "__init__.py").write_text("def top():\n    return 0\n\nimport otherapp\n")
-    core = importlib.import_module("shopapp.core")  # shopapp imports otherapp while it runs
+    extra = importlib.import_module("shopapp_extra")  # we are not asked
+    shopapp = importlib.import_module("shopapp")  # which imports otherapp while it runs
     assert sys.meta_path[0] is finder  # taken back at otherapp's import
-    assert rewriting.loaded == ["shopapp", "shopapp.core"]  # still loads its modules
-    assert_core_instrumented(core)
-    importlib.import_module("shopapp_extra")  # shopapp had not finished at the catch-up
-    assert instrumented(sys.modules["shopapp"].top)
+    assert instrumented(extra.extra)  # caught up with there
+    # shopapp was still running then: if the process ended now, the host would say so
+    missed = finder.uninstrumented()
+    assert "in front of the import hook, never caught up with" in missed["shopapp"]
+    core = importlib.import_module("shopapp.core")
+    assert instrumented(shopapp.top)  # caught up with at the next import
+    assert rewriting.loaded == ["shopapp_extra", "shopapp", "shopapp.core"]
+    assert_core_instrumented(core)  # asked through us, loaded by it
     assert finder.uninstrumented() == {}
 
 
@@ -267,6 +272,34 @@ def test_what_could_not_be_instrumented_is_told_with_the_reason(package: Path, u
     assert "shopapp.sub" not in finder.uninstrumented()  # defines no function
 
 
+def test_each_reason_a_wanted_module_went_uninstrumented(
+    package: Path, unhook: list, monkeypatch: pytest.MonkeyPatch
+):
+    inst, finder = hooked("shopapp")
+    unhook += [finder, inst]
+    deep = package / "sub" / "deep.py"
+    spec = spec_from_file_location("shopapp.direct", deep)
+    direct = module_from_spec(spec)
+    sys.modules["shopapp.direct"] = direct
+    spec.loader.exec_module(direct)  # a loader called directly, past every finder
+    monkeypatch.setattr(rewriter, "rewrite", raising(RuntimeError("rewriter bug")))
+    importlib.import_module("shopapp")
+    monkeypatch.setattr(rewriter, "rewrite", raising(rewriter.NotInstrumentable("no")))
+    importlib.import_module("shopapp.sub.deep")
+    assert finder.uninstrumented() == {
+        "shopapp.direct": "SourceFileLoader ran it past the import hook",
+        "shopapp.sub.deep": "none of its functions could be rewritten",
+        "shopapp": "the rewriter failed on its functions (see the warning above)",
+    }
+
+
+def raising(exc: Exception):
+    def rewrite(*args):
+        raise exc
+
+    return rewrite
+
+
 def run_host(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """`profiler-host run ARGS` with no server listening (nothing here needs one)."""
     command = host("--server", f"127.0.0.1:{free_port()}", "--flush-timeout", "0s", *args)
@@ -280,7 +313,7 @@ def test_a_wanted_module_run_past_the_import_hook_is_named_at_exit(tmp_path: Pat
     done = run_host(tmp_path, "--", sys.executable, "-m", "tool")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("ran with no function instrumented") == 1, done.stderr
-    assert "  __main__: " in done.stderr and "runpy" in done.stderr
+    assert "  __main__: runpy ran tool as __main__ (--include tool" in done.stderr
     (tmp_path / "job.py").write_text("def main():\n    return 1\n\nmain()\n")
     done = run_host(tmp_path, "--", sys.executable, "job.py")  # the script runner's way
     assert "no function instrumented" not in done.stderr, done.stderr
