@@ -14,7 +14,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from importlib.abc import Loader, MetaPathFinder
-from importlib.machinery import PathFinder
+from importlib.machinery import ModuleSpec, PathFinder
 from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 from types import ModuleType
@@ -247,6 +247,35 @@ class ClassLoading(MetaPathFinder):
         if spec is None:
             return None
         return spec_from_file_location(fullname, spec.origin, loader=ClassLoader)
+
+
+class LegacyLoader:
+    """A loader from before exec_module: `load_module` makes and runs the module."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def load_module(self, fullname: str) -> ModuleType:
+        module = sys.modules[fullname] = ModuleType(fullname)
+        module.__file__, module.__loader__ = self.origin, self
+        exec(compile(Path(self.origin).read_text(), self.origin, "exec"), module.__dict__)
+        return module
+
+
+class LegacyLoading(MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        spec = PathFinder.find_spec(fullname, path) if fullname == "shopapp_extra" else None
+        return None if spec is None else ModuleSpec(fullname, LegacyLoader(spec.origin))
+
+
+def test_modules_of_a_loader_without_exec_module_are_instrumented(package: Path, unhook: list):
+    inst, finder = hooked("shopapp*")
+    unhook += [finder, inst]
+    sys.meta_path.insert(1, LegacyLoading())
+    unhook.append(sys.meta_path[1])
+    with pytest.warns(ImportWarning):  # importlib's, for falling back to load_module
+        extra = importlib.import_module("shopapp_extra")
+    assert instrumented(extra.extra) and isinstance(extra.__loader__, LegacyLoader)
 
 
 def test_what_could_not_be_instrumented_is_told_with_the_reason(package: Path, unhook: list):
