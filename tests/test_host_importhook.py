@@ -14,7 +14,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from importlib.abc import Loader, MetaPathFinder
-from importlib.machinery import ModuleSpec, PathFinder
+from importlib.machinery import ExtensionFileLoader, ModuleSpec, PathFinder
 from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 from types import ModuleType
@@ -479,3 +479,15 @@ def test_a_package_with_a_pytest_plugin_is_instrumented_under_its_own_suite(
         "tests.conftest:sample_set",  # a fixture in the rewritten conftest
     ):
         assert calls.get(name), (name, sorted(calls)[:50])
+
+
+def test_c_extensions_cost_no_search_for_functions(unhook: list, monkeypatch: pytest.MonkeyPatch):
+    """An extension module holds no Python function: no heap pass after it ran."""
+    monkeypatch.delitem(sys.modules, "xxlimited", raising=False)
+    inst, finder = hooked("xxlimited")
+    unhook += [finder, inst]
+    searched: list[str] = []
+    monkeypatch.setattr(inst, "instrument_module", lambda module: searched.append(module))
+    module = importlib.import_module("xxlimited")
+    assert isinstance(module.__loader__, ExtensionFileLoader)
+    assert searched == [] and finder.uninstrumented() == {}
