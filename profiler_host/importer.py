@@ -36,7 +36,8 @@ class InstrumentingFinder(MetaPathFinder):
         self._subclasses: dict[type, type] = {}
         self._handled: weakref.WeakSet[ModuleType] = weakref.WeakSet()  # ran through us
         self._swept: weakref.WeakSet[ModuleType] = weakref.WeakSet()  # there at install
-        self._pending: dict[str, None] = {}  # to instrument once imported and finished
+        # to instrument once imported and finished (other threads add while we look)
+        self._pending: dict[str, None] = {}
         self._unwrapped: dict[str, str] = {}  # module -> why its loader was left as it was
         self._catching_up = threading.Lock()
         self._asking = threading.local()  # names this thread is asking the other finders
@@ -110,7 +111,7 @@ class InstrumentingFinder(MetaPathFinder):
                 meta_path.remove(self)  # importlib iterates this list: the finders after
                 meta_path.insert(0, self)  # us keep their places, so none is skipped
                 self._pending.update(dict.fromkeys(self._missed()))
-            for name in [name for name in self._pending if _finished(sys.modules.get(name))]:
+            for name in [n for n in list(self._pending) if _finished(sys.modules.get(n))]:
                 del self._pending[name]
                 module = sys.modules[name]
                 self.instrumenter.instrument_module(module)
