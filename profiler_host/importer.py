@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ExtensionFileLoader, ModuleSpec
 from types import CodeType, FunctionType, ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 from profiler_host.instrumenter import Instrumenter, compiled_from_a_file
 
@@ -93,9 +93,8 @@ class InstrumentingFinder(MetaPathFinder):
     def executed(self, module: ModuleType, loader: object, codes_before: int) -> None:
         """A wanted module ran: unless its code went through our `get_code`, its
         functions are instrumented now (C extensions have none)."""
-        if self.instrumenter.codes_transformed[module.__name__] == codes_before and not (
-            isinstance(loader, ExtensionFileLoader)
-        ):
+        unseen_code = self.instrumenter.codes_transformed[module.__name__] == codes_before
+        if unseen_code and not isinstance(loader, ExtensionFileLoader):
             self.instrumenter.instrument_module(module)
         self._handled.add(module)
 
@@ -111,9 +110,11 @@ class InstrumentingFinder(MetaPathFinder):
                 meta_path.remove(self)  # importlib iterates this list: the finders after
                 meta_path.insert(0, self)  # us keep their places, so none is skipped
                 self._pending.update(dict.fromkeys(self._missed()))
-            for name in [n for n in list(self._pending) if _finished(sys.modules.get(n))]:
+            pending = [(name, sys.modules.get(name)) for name in list(self._pending)]
+            for name, module in pending:
+                if not _finished(module):
+                    continue
                 del self._pending[name]
-                module = sys.modules[name]
                 self.instrumenter.instrument_module(module)
                 self._handled.add(module)
         finally:
@@ -165,7 +166,7 @@ class InstrumentingFinder(MetaPathFinder):
         return f"{_name(loader)} ran it past the import hook"
 
 
-def _finished(module: object) -> bool:
+def _finished(module: object) -> TypeGuard[ModuleType]:
     """Imported and done running (importlib marks a module's spec while it runs)."""
     spec = getattr(module, "__spec__", None)
     return isinstance(module, ModuleType) and not getattr(spec, "_initializing", False)
