@@ -64,11 +64,16 @@ def address(text: str) -> str:
     return text
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
 def flag(text: str) -> bool:
+    """A switch's value (on the command line a switch may also stand alone: `explicit`)."""
     lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
+    if lowered in TRUE_WORDS:
         return True
-    if lowered in ("", "0", "false", "no", "off"):
+    if lowered in FALSE_WORDS:
         return False
     raise ValueError(f"expected true or false, got {text!r}")
 
@@ -92,15 +97,51 @@ class InvalidOption(ValueError):
 
 
 def build_parser(prog: str, description: str, options: Sequence[Option]) -> argparse.ArgumentParser:
+    """One value per option; the arguments go through `explicit` first."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     for option in options:
+        switch = option.parse is flag
         parser.add_argument(
             option.flag,
             dest=option.dest,
             default=None,
-            help=f"{option.help} [env {option.env}; default {option.default}]",
+            metavar="[true|false]" if switch else None,
+            help=f"{option.help} [env {option.env}; default {option.default}"
+            + ("; alone: true]" if switch else "]"),
         )
     return parser
+
+
+def explicit(argv: Sequence[str], options: Sequence[Option]) -> list[str]:
+    """`argv` with each switch given alone written `--name=true`. The options end at `--` or
+    at the first word that is no option nor an option's value, so in `--whole-process
+    python job.py` the switch stands alone and `python` begins the command; a truth value
+    right after a switch is its value, as before (`--whole-process false`)."""
+    args = list(argv)
+    at = 0
+    while at < len(args) and args[at] != "--" and args[at].startswith("-"):
+        option = _named(args[at], options)
+        at += 1
+        if option is None or "=" in args[at - 1]:
+            continue
+        if option.parse is not flag:
+            at += 1  # its value
+        elif at < len(args) and _is_truth_value(args[at]):
+            at += 1
+        else:
+            args[at - 1] = f"{option.flag}=true"
+    return args
+
+
+def _named(text: str, options: Sequence[Option]) -> Option | None:
+    """The option a flag names, as argparse reads flags (a unique prefix will do)."""
+    named = [option for option in options if option.flag.startswith(text)]
+    exact = [option for option in named if option.flag == text]
+    return (exact or named)[0] if len(exact or named) == 1 else None
+
+
+def _is_truth_value(text: str) -> bool:
+    return text.strip().lower() in TRUE_WORDS + FALSE_WORDS
 
 
 def resolve(

@@ -42,8 +42,9 @@ static PyObject *cancelled_error = NULL;  /* its CancelledError, once it is impo
 
 typedef struct {
     PyObject_HEAD
-    long long calls;     /* the last call id handed out */
-    long long event_cap; /* calls past event_cap / 2 are not recorded; 0: it ended */
+    long long calls;      /* the last call id handed out */
+    long long event_cap;  /* calls past event_cap / 2 are not recorded; 0: it ended */
+    long long unrecorded; /* calls entered past the cap (they ran their original code) */
     char truncated;
 } RequestCore;
 
@@ -59,6 +60,7 @@ request_init(RequestCore *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:RequestCore", kwlist, &cap))
         return -1;
     self->calls = 0;
+    self->unrecorded = 0;
     self->truncated = 0;
     return request_set_event_cap(self, cap, NULL);
 }
@@ -84,6 +86,28 @@ request_set_event_cap(RequestCore *self, PyObject *value, void *closure)
     if (overflow) /* a cap beyond 2**63 is no cap: same outcome as Python's big ints */
         cap = overflow > 0 ? LLONG_MAX : LLONG_MIN;
     self->event_cap = cap;
+    return 0;
+}
+
+static PyObject *
+request_get_unrecorded(RequestCore *self, void *closure)
+{
+    return PyLong_FromLongLong(self->unrecorded);
+}
+
+/* The Python hooks count on C cores too (`request.unrecorded += 1`). */
+static int
+request_set_unrecorded(RequestCore *self, PyObject *value, void *closure)
+{
+    long long count;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete unrecorded");
+        return -1;
+    }
+    count = PyLong_AsLongLong(value);
+    if (count == -1 && PyErr_Occurred())
+        return -1;
+    self->unrecorded = count;
     return 0;
 }
 
@@ -131,6 +155,8 @@ static PyGetSetDef request_getset[] = {
      "events recorded before the request is marked truncated", NULL},
     {"truncated", (getter)request_get_truncated, (setter)request_set_truncated,
      "events were lost", NULL},
+    {"unrecorded", (getter)request_get_unrecorded, (setter)request_set_unrecorded,
+     "calls entered past the event cap, not recorded", NULL},
     {"calls", (getter)request_get_calls, NULL, "iterator over new call ids", NULL},
     {NULL},
 };
@@ -685,8 +711,10 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject 
     }
     cid = ++request->calls;
     if (cid > request->event_cap >> 1) {
-        if (request->event_cap > 0) /* 0: the request ended (hooks.enter) */
+        if (request->event_cap > 0) { /* 0: the request ended (hooks.enter) */
             request->truncated = 1;
+            request->unrecorded++;
+        }
         Py_DECREF(lane_obj);
         return 0;
     }

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from profiler_core.config import build_parser
+from profiler_core.config import build_parser, explicit
 from profiler_host.settings import BY_NAME, OPTIONS, HostSettings
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
@@ -53,20 +53,26 @@ def environment(args: argparse.Namespace, command: list[str], base: dict[str, st
     return env
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "run":
-        sys.exit("usage: profiler-host run [options] -- COMMAND [ARGS...]  (see --help)")
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The options and COMMAND of `run [options] [--] COMMAND ...` (`argv` from `run`)."""
     parser = build_parser(
         "profiler-host run",
         "Runs COMMAND with every Python process in it profiled (no change to the app).",
         OPTIONS,
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
-    args = parser.parse_args(argv[1:])
+    args = parser.parse_args(explicit(argv[1:], OPTIONS))
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no COMMAND given (profiler-host run [options] -- COMMAND ...)")
+    return args, command
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "run":
+        sys.exit("usage: profiler-host run [options] -- COMMAND [ARGS...]  (see --help)")
+    args, command = parse(argv)
     try:
         env = environment(args, command, dict(os.environ))
     except ValueError as exc:

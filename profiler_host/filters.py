@@ -1,4 +1,8 @@
-"""Which modules are instrumented: include/exclude globs over dotted module names."""
+"""Which modules are instrumented: include/exclude globs over dotted module names.
+
+A glob names modules together with everything under them, as coverage's `--source` and
+ddtrace do: `--include shop` is the package `shop` and its submodules, and so is `shop.*`.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +38,15 @@ class ModuleFilter:
     def __init__(self, include: tuple[str, ...], exclude: tuple[str, ...] = ()) -> None:
         self.include = include
         self.exclude = exclude
+        self._known: dict[str, bool] = {}  # the import hook asks for every import
 
     def __call__(self, module: str) -> bool:
+        known = self._known.get(module)
+        if known is None:
+            known = self._known[module] = self._decide(module)
+        return known
+
+    def _decide(self, module: str) -> bool:
         top = module.partition(".")[0]
         if top in OWN:
             return False
@@ -48,7 +59,9 @@ class ModuleFilter:
 
 
 def _matches(glob: str, module: str) -> bool:
-    """`pkg.*` also matches `pkg` itself: a package's __init__ is part of it."""
-    if fnmatchcase(module, glob):
+    """The module or a package above it matches; `pkg.*` also matches `pkg` itself (a
+    package's __init__ is part of it)."""
+    parts = module.split(".")
+    if any(fnmatchcase(".".join(parts[:depth]), glob) for depth in range(1, len(parts) + 1)):
         return True
     return glob.endswith(".*") and module == glob[:-2]

@@ -101,6 +101,7 @@ def enter(lane: recording.Lane, fid: int) -> tuple | None:
         if cid > request.event_cap >> 1:
             if request.event_cap:  # 0: the request ended, nothing was lost
                 request.truncated = True
+                request.unrecorded += 1
             return None
         fk = fid << KIND_BITS
         record = lane.record

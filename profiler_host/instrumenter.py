@@ -11,8 +11,9 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
-from types import CodeType, FunctionType
+from types import CodeType, FunctionType, ModuleType
 
 from profiler_host import rewriter
 from profiler_host.codecache import CodeCache
@@ -37,8 +38,10 @@ class Instrumenter:
         self._lock = threading.RLock()
         self._twins: dict[int, tuple[CodeType, CodeType]] = {}  # id(original) -> both
         self._originals: dict[int, CodeType] = {}  # id(instrumented) -> original
-        self._failed_modules: set[str] = set()
+        self.failed_modules: set[str] = set()
         self.functions_instrumented = 0
+        self.instrumented_in: Counter[str] = Counter()  # functions instrumented per module
+        self.codes_transformed: Counter[str] = Counter()  # module codes that went through us
         self.failures = 0
 
     def is_instrumented(self, code: CodeType) -> bool:
@@ -52,6 +55,7 @@ class Instrumenter:
     def transform_module(self, code: CodeType, module: str) -> CodeType:
         """`transform` for a whole module's code, through the disk cache when there is one."""
         with self._lock:
+            self.codes_transformed[module] += 1
             if self.cache is None:
                 return self._transform(code, module)
             hit = self.cache.load(module, code, lambda c: self._register(module, c))
@@ -66,8 +70,12 @@ class Instrumenter:
             return result
 
     def _register(self, module: str, code: CodeType) -> int:
-        self.functions_instrumented += 1
+        self._count(module)
         return self.registry.register(module, code)
+
+    def _count(self, module: str) -> None:
+        self.functions_instrumented += 1
+        self.instrumented_in[module] += 1
 
     def _transform(self, code: CodeType, module: str) -> CodeType:
         if id(code) in self._originals:
@@ -96,8 +104,8 @@ class Instrumenter:
             return code
         except Exception:
             self.failures += 1
-            if module not in self._failed_modules:
-                self._failed_modules.add(module)
+            if module not in self.failed_modules:
+                self.failed_modules.add(module)
                 log.warning(
                     "request-profiler: left %s.%s uninstrumented (further failures in this "
                     "module are not logged)",
@@ -106,7 +114,7 @@ class Instrumenter:
                     exc_info=True,
                 )
             return code
-        self.functions_instrumented += 1
+        self._count(module)
         return new
 
     def sweep(self) -> int:
@@ -116,14 +124,30 @@ class Instrumenter:
             if type(obj) is not FunctionType:
                 continue
             module = obj.__module__
-            if not isinstance(module, str) or not self.wanted(module):
-                continue
-            code = obj.__code__
-            new = self.transform(code, module)
-            if new is not code:
-                obj.__code__ = new
-                swapped += 1
+            if isinstance(module, str) and self.wanted(module):
+                swapped += self._swap(obj, module)
         return swapped
+
+    def instrument_module(self, module: ModuleType) -> int:
+        """Swaps the code of the functions `module` defined, after it ran (its loader ran
+        code that never passed `transform_module`); returns how many. The functions are
+        found through the module's globals, one heap pass in C: closures and decorated
+        functions kept anywhere are found too."""
+        namespace = module.__dict__
+        swapped = 0
+        for obj in gc.get_referrers(namespace):
+            ours = type(obj) is FunctionType and obj.__globals__ is namespace
+            if ours and compiled_from_a_file(obj.__code__):
+                swapped += self._swap(obj, module.__name__)
+        return swapped
+
+    def _swap(self, function: FunctionType, module: str) -> int:
+        code = function.__code__
+        new = self.transform(code, module)
+        if new is code:
+            return 0
+        function.__code__ = new
+        return 1
 
     def uninstrument(self) -> int:
         """Puts the original code back into every live function that has ours."""
@@ -136,3 +160,9 @@ class Instrumenter:
                     obj.__code__ = originals[id(obj.__code__)]
                     restored += 1
         return restored
+
+
+def compiled_from_a_file(code: CodeType) -> bool:
+    """Not generated from a string (dataclasses' `__init__`, attrs' methods: `<string>`,
+    `<attrs generated init ...>`), which a module's own code never holds either."""
+    return not code.co_filename.startswith("<")

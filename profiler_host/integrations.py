@@ -78,6 +78,11 @@ class AfterImport(MetaPathFinder):
         return spec
 
 
+def serving() -> bool:
+    """A server whose apps we wrap is loaded here: this process serves requests."""
+    return any(name in sys.modules for name in PATCHES)
+
+
 def install() -> None:
     """Patches now if the server is imported already, else right after its import."""
     for name, patch in PATCHES.items():

@@ -38,11 +38,12 @@ CURRENT: ContextVar[Lane | None] = ContextVar("request_profiler_lane", default=N
 class _PyRequestCore:
     """What the hooks read and write of a request (Python twin of `_hotpath.RequestCore`)."""
 
-    __slots__ = ("calls", "event_cap", "truncated")
+    __slots__ = ("calls", "event_cap", "truncated", "unrecorded")
 
     def __init__(self, event_cap: int) -> None:
         self.event_cap = event_cap
         self.truncated = False
+        self.unrecorded = 0  # calls entered past the cap (they ran their original code)
         self.calls: Iterator[int] = itertools.count(1)  # request-wide call ids; next() is atomic
 
 
@@ -83,7 +84,7 @@ def _ended(event: tuple[int, int, int]) -> None:
 class Request(RequestCore):
     """A sampled unit of work: an HTTP request, a job, or the whole process.
 
-    From the core: `calls` (iterator of call ids), `event_cap`, `truncated`."""
+    From the core: `calls` (iterator of call ids), `event_cap`, `truncated`, `unrecorded`."""
 
     __slots__ = (
         "_lane_ids",

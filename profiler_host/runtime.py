@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from contextvars import Token
 from pathlib import Path
 
-from profiler_host import hooks, propagation, recording
+from profiler_host import hooks, integrations, notices, propagation, recording
 from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
@@ -48,6 +48,10 @@ class Profiler:
         )
         self._ids = itertools.count(1)
         self._whole: Request | None = None
+        self._instrumenting = False
+        self._offered = False  # a unit of work reached begin(), sampled or not
+        self._forked = False  # a forked child leaves what its parent did to the parent
+        self._imported_before_fork: frozenset[str] = frozenset()
         self.started = False
 
     def start(self) -> None:
@@ -64,6 +68,7 @@ class Profiler:
         else:
             self.finder.install()
             self.instrumenter.sweep()
+            self._instrumenting = True
         atexit.register(self.stop)
         if self.settings.whole_process:
             self._begin_whole_process()
@@ -75,12 +80,23 @@ class Profiler:
         atexit.unregister(self.stop)
         if self._whole is not None:
             self.end(self._whole)
+            notices.calls_not_recorded(self._whole)
             self._whole = None
+        self._tell_what_was_missed()
         self.finder.uninstall()
         self.instrumenter.uninstrument()
         propagation.uninstall()
         if not self.transport.stop(self.settings.flush_timeout):
             log.warning("request-profiler: the server did not store everything before exit")
+
+    def _tell_what_was_missed(self) -> None:
+        """Modules that ran uninstrumented, and a process that sampled nothing (a server's
+        processes sample requests, not runs: a gunicorn master never does)."""
+        if self._instrumenting:
+            notices.uninstrumented(self.finder.uninstrumented(skip=self._imported_before_fork))
+        serving = integrations.serving()
+        if not (self.settings.whole_process or self._offered or self._forked or serving):
+            notices.nothing_sampled()
 
     def after_fork_in_child(self) -> None:
         """The child streams its own session; the parent's open requests stop recording."""
@@ -88,6 +104,8 @@ class Profiler:
             request.event_cap = 0
         hooks.ACTIVE.clear()
         CURRENT.set(None)
+        self._forked = True
+        self._imported_before_fork = frozenset(sys.modules)
         self.transport.after_fork()  # a new session sends every definition again
         if self._whole is not None:
             self._begin_whole_process()
@@ -104,6 +122,7 @@ class Profiler:
 
     def begin(self, route: str, method: str, forced: bool = False) -> Request | None:
         """A new sampled request, or None when this one is not recorded."""
+        self._offered = True
         if not forced and (sys.gettrace() is not None or not self.sampler.decide(route)):
             return None
         if self.transport.over_budget():

@@ -27,11 +27,17 @@ OPTIONS = [
     Option(
         "include",
         "",
-        "comma-separated module globs to instrument, e.g. 'myapp.*' [default: the package of "
-        "the WSGI/ASGI app under gunicorn/uvicorn, else __main__]",
+        "comma-separated modules or globs to instrument, each with its submodules, e.g. "
+        "'myapp' [default: the package of the WSGI/ASGI app under gunicorn/uvicorn, else "
+        "__main__]",
         parse_globs,
     ),
-    Option("exclude", "", "comma-separated module globs never to instrument", parse_globs),
+    Option(
+        "exclude",
+        "",
+        "comma-separated modules or globs never to instrument, each with its submodules",
+        parse_globs,
+    ),
     Option(
         "sample-rate",
         "10",
