@@ -1,1 +1,1 @@
-"""Ingest and query benchmarks for the profiling server (`./dev bench`, see README.md)."""
+"""Ingest and query benchmarks for the profiling server (`./dev bench`, see docs/benchmarks.md)."""

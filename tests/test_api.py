@@ -164,7 +164,7 @@ def test_bad_parameters_get_clear_errors(server) -> None:
 
 def test_stored_columns_become_the_documented_tree_shape() -> None:
     """Two lanes (the task hangs under the handler that spawned it), a coroutine that
-    suspended and raised: every field of DESIGN.md's node shape, exactly."""
+    suspended and raised: every field of docs/api.md's node shape, exactly."""
     main = tree_pb2.StoredLane(id="0", kind=0, name="GET /x", root=0, parent_lane=-1)
     task = tree_pb2.StoredLane(id="1", kind=1, name="worker", root=2, parent_lane=0)
     main.parent_node, task.parent_node = -1, 1

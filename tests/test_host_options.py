@@ -63,7 +63,7 @@ def test_route_shapes_fold_ids():
 
 
 def test_route_shapes_follow_the_documented_pattern_on_random_paths():
-    """Numbers, and hex ids of 16+ characters, as the README's id pattern says."""
+    """Numbers, and hex ids of 16+ characters, as docs/host.md's route shapes say."""
     pattern = re.compile(r"^(\d+|[0-9a-fA-F-]{16,})$")
     rng = random.Random(7)
     alphabet = "0123456789abcdefxyzABCDEF-_.٣"

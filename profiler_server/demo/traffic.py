@@ -1,4 +1,4 @@
-"""Bounded traffic at every route of the sample apps (see the route table in the README)."""
+"""Bounded traffic at every route of the sample apps (see the route table in docs/demo.md)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ Sources = Callable[[Sequence[str]], Mapping[str, tuple[str, int]]]  # names -> (
 
 @dataclass(frozen=True)
 class RequestProfile:
-    """One stored request as the API shows it: `summary` and `lanes` (DESIGN.md §2)."""
+    """One stored request as the API shows it: `summary` and `lanes` (docs/api.md)."""
 
     summary: dict
     lanes: list[dict]

@@ -27,7 +27,7 @@ class ServerHealth:
         )
         self.rejected = Counter(
             "profiler_ingest_rejected",
-            "Input rejected or repaired, by reason (see README).",
+            "Input rejected or repaired, by reason (see docs/how-it-works.md).",
             ["reason"],
             registry=registry,
         )
