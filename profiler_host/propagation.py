@@ -8,10 +8,12 @@ in plainly (a new thread's empty one, a pool worker's own, the copy `asyncio.to_
 anyio make): `InLane` sets the new lane there for the work and takes it out after, so the
 thread sees the variables and keeps alive the values it would unprofiled. The lane starts
 at the hand-over, so time spent queued in a pool shows before the lane's first call. The
-patches go in as a request is sampled (a process that samples nothing runs the
-originals); after that, outside sampled requests every patch costs one ContextVar read.
-`install()`/`uninstall()` are symmetric and idempotent; `install()` also patches the
-modules of the list below that the app has imported since (anyio is not imported here).
+patches are in only while a sampled request is in flight (`runtime` installs them as the
+first begins and takes them out as the last ends): a request that is not sampled runs the
+originals whatever was sampled before it, and while one is, every patch costs one
+ContextVar read outside it. `install()`/`uninstall()` are symmetric and idempotent;
+`install()` also patches the modules of the list below that the app has imported since
+(anyio is not imported here).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from profiler_host import recording
 from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
 from profiler_host.recording import CURRENT, Lane
 
-_originals: dict[tuple[object, str], Callable] = {}
+_originals: dict[tuple[object, str], Callable] = {}  # what we wrapped
+_wrappers: dict[tuple[object, str], Callable] = {}  # our wrapper of it
 
 
 class _PyInLane:
@@ -247,14 +250,19 @@ _MODULE_PATCHES: list[tuple[str, str, Wrap]] = [
 
 
 def _patch(owner: object, name: str, wrap: Wrap) -> None:
-    if (owner, name) not in _originals:
-        original = getattr(owner, name)
-        _originals[(owner, name)] = original
-        setattr(owner, name, wrap(original))
+    """Puts our wrapper in (made once per original: a later install reuses it)."""
+    key = (owner, name)
+    current = getattr(owner, name)
+    if current is _wrappers.get(key):
+        return
+    if current is not _originals.get(key):  # first time, or patched by someone else since
+        _originals[key] = current
+        _wrappers[key] = wrap(current)
+    setattr(owner, name, _wrappers[key])
 
 
 def install() -> None:
-    """Called as each request is sampled: a dict lookup per patch once it is in."""
+    """Called as a request is sampled while none is in flight: a few setattr."""
     for owner, name, wrap in _PATCHES:
         _patch(owner, name, wrap)
     for module_name, name, wrap in _MODULE_PATCHES:
@@ -264,6 +272,9 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    for (owner, name), original in list(_originals.items()):
-        setattr(owner, name, original)
-        del _originals[(owner, name)]
+    """Called as the last sampled request in flight ends: the originals go back, so a
+    process that sampled once runs asyncio and threading as before. A wrapper that someone
+    else has wrapped since stays (taking ours out would take theirs out too)."""
+    for (owner, name), wrapper in _wrappers.items():
+        if getattr(owner, name) is wrapper:
+            setattr(owner, name, _originals[(owner, name)])

@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import Token
@@ -47,6 +48,8 @@ class Profiler:
             running=lambda: list(hooks.ACTIVE),
         )
         self._ids = itertools.count(1)
+        # sampled requests in flight change together with the propagation patches
+        self._in_flight = threading.Lock()
         self._whole: Request | None = None
         self._instrumenting = False
         self._offered = False  # a unit of work reached begin(), sampled or not
@@ -103,6 +106,8 @@ class Profiler:
         for request in list(hooks.ACTIVE):
             request.event_cap = 0
         hooks.ACTIVE.clear()
+        self._in_flight = threading.Lock()  # another thread may have held it at the fork
+        propagation.uninstall()
         CURRENT.set(None)
         self._forked = True
         self._imported_before_fork = frozenset(sys.modules)
@@ -129,16 +134,20 @@ class Profiler:
             self.transport.drop("buffer_full")
             return None
         request = Request(next(self._ids), route, method, self.settings.max_request_events)
-        if self.settings.propagate:
-            propagation.install()  # anyio is imported by now, if the app uses it
-        hooks.ACTIVE.append(request)
+        with self._in_flight:
+            if self.settings.propagate and not hooks.ACTIVE:
+                propagation.install()  # anyio is imported by now, if the app uses it
+            hooks.ACTIVE.append(request)
         self.transport.start()  # a long request (whole process) streams while it runs
         return request
 
     def end(self, request: Request, status: int = 0) -> None:
         request.finish(status)
-        with suppress(ValueError):  # already removed (a fork, or ended twice)
-            hooks.ACTIVE.remove(request)
+        with self._in_flight:
+            with suppress(ValueError):  # already removed (a fork, or ended twice)
+                hooks.ACTIVE.remove(request)
+            if not hooks.ACTIVE:
+                propagation.uninstall()  # unsampled requests run asyncio and threading as is
         self.transport.submit(request)
 
     @contextmanager

@@ -357,7 +357,9 @@ assert not patched(), "patched before any request was sampled"
 asyncio.run(handler())  # not sampled: nothing to carry
 with profiler_host.profile_request("job", force=True):
     asyncio.run(handler())
-print("patched" if patched() else "originals")
+    during = patched()
+assert not patched(), "patched after the sampled request ended"
+print("patched" if during else "originals")
 """
 
 
@@ -365,8 +367,9 @@ print("patched" if patched() else "originals")
 def test_propagation_patches_wait_for_a_sampled_request_and_can_be_turned_off(
     server: ServerProcess, tmp_path: Path, propagate: str
 ):
-    """A process that samples nothing runs asyncio and threading unpatched; `--propagate
-    false` keeps them so, and a task then records in the lane that created it (the context
+    """A process runs asyncio and threading unpatched but while a sampled request is in
+    flight (so one that sampled once is no slower afterwards); `--propagate false` keeps
+    them so, and a task then records in the lane that created it (the context
     it inherits) instead of a lane of its own."""
     script = tmp_path / "tasks.py"
     script.write_text(PROPAGATION_SCRIPT)

@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 from profiler_core.model import LaneKind
-from profiler_host import propagation, recording
+from profiler_host import propagation, recording, runtime
 from profiler_host.recording import CURRENT
+from profiler_host.settings import HostSettings
 from tests.helpers import eventually, nodes, stored_requests
 from tests.processes import ServerProcess, host
 from tests.test_host_e2e import tree
@@ -458,3 +459,27 @@ def test_work_still_running_at_the_end_is_listed_and_pool_threads_are_no_lanes()
     names = {lane.id: lane.name for lane in request.lanes[1:]}
     assert sorted(names.values()) == ["Event.wait", "len", "quick", "slow"]
     assert sorted(names[lane_id] for lane_id in request.running_lanes) == ["Event.wait", "slow"]
+
+
+def test_patches_are_in_only_while_a_sampled_request_is_in_flight() -> None:
+    """The first sampled request in flight puts the propagation patches in, the last one
+    to end takes them out: requests that are not sampled run asyncio and threading as
+    they are, whatever was sampled before them."""
+    settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
+    profiler = runtime.Profiler(settings)
+    original = threading.Thread.start
+    try:
+        first = profiler.begin("/a", "GET", forced=True)
+        second = profiler.begin("/b", "GET", forced=True)
+        assert first and second and threading.Thread.start is not original
+        profiler.end(first)
+        assert threading.Thread.start is not original
+        profiler.end(second)
+        assert threading.Thread.start is original
+        again = profiler.begin("/c", "GET", forced=True)
+        assert again and threading.Thread.start is not original
+        profiler.end(again)
+        assert threading.Thread.start is original
+    finally:
+        propagation.uninstall()
+        profiler.transport.stop(0)
