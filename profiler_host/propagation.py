@@ -24,6 +24,7 @@ import contextvars
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -134,6 +135,20 @@ def _lane_done(lane: Lane, task: asyncio.Future) -> None:
     lane.done = True
 
 
+def _spawned_task(
+    create: Callable[[contextvars.Context | None], asyncio.Task], coro: Any, name: str | None
+) -> asyncio.Task:
+    """`create(context)` for a task created in a sampled request: it runs in a lane of its
+    own, marked done when the task is."""
+    label = name or getattr(coro, "__qualname__", None) or "task"
+    made = _task_context(label)
+    if made is None:
+        return create(None)
+    task = create(made[0])
+    task.add_done_callback(functools.partial(_lane_done, made[1]))
+    return task
+
+
 def _create_task(original: Callable) -> Callable:
     @functools.wraps(original)
     def create_task(
@@ -145,15 +160,47 @@ def _create_task(original: Callable) -> Callable:
     ) -> asyncio.Task:
         if context is not None or CURRENT.get() is None:  # else: one ContextVar read
             return original(self, coro, name=name, context=context)
-        label = name or getattr(coro, "__qualname__", None) or "task"
-        made = _task_context(label)
-        if made is None:
-            return original(self, coro, name=name, context=context)
-        task = original(self, coro, name=name, context=made[0])
-        task.add_done_callback(functools.partial(_lane_done, made[1]))
-        return task
+        return _spawned_task(lambda made: original(self, coro, name=name, context=made), coro, name)
 
     return create_task
+
+
+def _task_factory(previous: Callable | None) -> Callable:
+    """A task factory for loops not built on asyncio's `BaseEventLoop` (uvloop), whose
+    `create_task` cannot be patched: the same lanes through the loop's own hook, chained to
+    the factory it had."""
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Future:
+        def create(context: contextvars.Context | None) -> asyncio.Task:
+            if context is not None:
+                kwargs["context"] = context
+            if previous is None:
+                return asyncio.Task(coro, loop=loop, **kwargs)
+            return previous(loop, coro, **kwargs)
+
+        if kwargs.get("context") is not None or CURRENT.get() is None:
+            return create(None)
+        return _spawned_task(create, coro, kwargs.get("name"))
+
+    return factory
+
+
+# loops given our task factory -> (the factory they had, ours)
+_factories: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Callable | None, Callable]]
+_factories = weakref.WeakKeyDictionary()
+
+
+def follow_loop() -> None:
+    """Called as each request is sampled: a running loop that is not a `BaseEventLoop`
+    (uvloop) gets our task factory, until `uninstall`. Its tasks' waits get no ready time
+    (its `call_soon` cannot be patched)."""
+    loop = asyncio._get_running_loop()
+    if loop is None or isinstance(loop, asyncio.BaseEventLoop) or loop in _factories:
+        return
+    previous = loop.get_task_factory()
+    ours = _task_factory(previous)
+    _factories[loop] = (previous, ours)
+    loop.set_task_factory(ours)
 
 
 def _thread_start(original: Callable) -> Callable:
@@ -278,3 +325,7 @@ def uninstall() -> None:
     for (owner, name), wrapper in _wrappers.items():
         if getattr(owner, name) is wrapper:
             setattr(owner, name, _originals[(owner, name)])
+    for loop, (previous, ours) in list(_factories.items()):
+        if loop.get_task_factory() is ours:
+            loop.set_task_factory(previous)
+        del _factories[loop]

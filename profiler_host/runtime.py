@@ -135,8 +135,10 @@ class Profiler:
             return None
         request = Request(next(self._ids), route, method, self.settings.max_request_events)
         with self._in_flight:
-            if self.settings.propagate and not hooks.ACTIVE:
-                propagation.install()  # anyio is imported by now, if the app uses it
+            if self.settings.propagate:
+                if not hooks.ACTIVE:
+                    propagation.install()  # anyio is imported by now, if the app uses it
+                propagation.follow_loop()
             hooks.ACTIVE.append(request)
         self.transport.start()  # a long request (whole process) streams while it runs
         return request

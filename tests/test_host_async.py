@@ -3,6 +3,7 @@ requests' trees checked against known sleeps, busy loops, fan-outs and thread ha
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -81,6 +82,9 @@ def test_a_busy_loop_is_active_time(stack):
 
 
 def test_fan_out_tasks_and_threads_are_lanes_under_their_spawning_call(stack):
+    """Under uvicorn's default loop selection, which takes uvloop when it is installed (as
+    `uvicorn[standard]` does): its tasks get lanes through the loop's task factory."""
+    assert importlib.util.find_spec("uvloop") is not None, "uvicorn would run asyncio's loop"
     request = fetch(stack, "/report?orders=20", "/report")
     lanes = {lane["id"]: lane for lane in request["lanes"]}
     tasks = [lane for lane in lanes.values() if lane["kind"] == "task"]

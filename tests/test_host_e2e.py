@@ -277,6 +277,11 @@ sys.settrace(lambda *args: None)
 with profiler_host.profile_request("traced"):
     work()
 sys.settrace(None)
+if hasattr(sys, "monitoring"):  # a sys.monitoring tool (3.12+), as coverage's sysmon core
+    sys.monitoring.use_tool_id(sys.monitoring.COVERAGE_ID, "coverage-like")
+    with profiler_host.profile_request("monitored"):
+        work()
+    sys.monitoring.free_tool_id(sys.monitoring.COVERAGE_ID)
 with profiler_host.profile_request("untraced"):
     work()
 """

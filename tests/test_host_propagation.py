@@ -13,6 +13,7 @@ Python (its twin, `PROFILER_PURE_PYTHON=1`): the tests of it run under both.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import gc
 import json
@@ -36,6 +37,7 @@ from tests.processes import ServerProcess, host
 from tests.test_host_e2e import tree
 
 COMMON = """
+import asyncio
 import contextvars
 import gc
 import inspect
@@ -483,3 +485,45 @@ def test_patches_are_in_only_while_a_sampled_request_is_in_flight() -> None:
     finally:
         propagation.uninstall()
         profiler.transport.stop(0)
+
+
+def test_uvloop_tasks_get_lanes_through_a_chained_task_factory() -> None:
+    """uvloop's loop cannot be patched: while a sampled request is in flight it gets a task
+    factory of ours, chained to the one it had, and gets that one back after."""
+    import uvloop
+
+    settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
+    profiler = runtime.Profiler(settings)
+    made_by_theirs: list[str] = []
+
+    def theirs(loop: Any, coro: Any, **kwargs: Any) -> Any:
+        made_by_theirs.append(coro.__qualname__)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    async def child() -> Any:
+        return CURRENT.get()
+
+    async def handler() -> tuple:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(theirs)
+        request = profiler.begin("/r", "GET", forced=True)
+        assert request is not None
+        token = CURRENT.set(request.main)
+        try:
+            lane = await asyncio.create_task(child())
+        finally:
+            CURRENT.reset(token)
+            profiler.end(request)
+        return request, lane, loop.get_task_factory()
+
+    loop = uvloop.new_event_loop()
+    try:
+        request, lane, factory_after = loop.run_until_complete(handler())
+    finally:
+        loop.close()
+        profiler.transport.stop(0)
+    assert (lane.kind, lane.parent, lane.done) == (LaneKind.TASK, request.main, True)
+    assert made_by_theirs == [
+        "test_uvloop_tasks_get_lanes_through_a_chained_task_factory.<locals>.child"
+    ]
+    assert factory_after is theirs
