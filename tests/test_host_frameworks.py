@@ -9,7 +9,6 @@ repair, nothing truncated) with no empty lanes.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,8 @@ from tests.processes import HttpProcess, ServerProcess, free_port, host
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+FASTAPI = "profiling_target.frameworks.fastapi_app"
+DJANGO = "profiling_target.frameworks.django_app"
 REPAIRS = (
     "missing_exit",
     "exit_without_enter",
@@ -45,17 +45,13 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 def serve(server: ServerProcess, tmp_path: Path, service: str, app: str, include: str):
     port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
     command = [
         *host("--server", server.target, "--service", service, "--sample-rate", "1000",
               "--flush-timeout", "30s",
               "--include", include, "--"),
         sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
-    return HttpProcess(command, tmp_path / f"{service}.log", port, "/health", env=env)
+    return HttpProcess(command, tmp_path / f"{service}.log", port, "/health")
 
 
 def requests_stored(server: ServerProcess, service: str, sent: int) -> list[dict]:
@@ -90,8 +86,8 @@ def test_fastapi_with_anyio_instrumented_gives_complete_trees(
     """`HTTPException` leaving `yield` dependencies (thrown into them, cleaned up in anyio's
     worker threads), the first request starting anyio's worker thread, work handed to the
     loop's default executor (which starts its threads inside the request)."""
-    app = serve(server, tmp_path, "fastapi", "tests.apps.fastapi_app:app",
-                "fastapi.*,starlette.*,anyio.*,tests.apps.*")  # fmt: skip
+    app = serve(server, tmp_path, "fastapi", f"{FASTAPI}:app",
+                f"fastapi.*,starlette.*,anyio.*,{FASTAPI}")  # fmt: skip
     paths = ["/sync/0", "/sync/1", "/async/0", "/async/2", "/executor"] * 3
     try:
         statuses = [httpx.get(app.url + path, timeout=30).status_code for path in paths]
@@ -106,8 +102,8 @@ def test_fastapi_with_anyio_instrumented_gives_complete_trees(
     assert len(failed) == 3
     for detail in failed:
         called = functions_in(detail)
-        assert "tests.apps.fastapi_app:sync_resource" in called
-        assert "tests.apps.fastapi_app:sync_item" in called  # the endpoint ran, then raised
+        assert f"{FASTAPI}:sync_resource" in called
+        assert f"{FASTAPI}:sync_item" in called  # the endpoint ran, then raised
         assert any(f.startswith("anyio.") for f in called)
     names = {lane["name"] for d in details for lane in d["lanes"]}
     assert not {"AnyIO worker thread", "asyncio_0"} & names, names
@@ -118,8 +114,8 @@ def test_django_with_asgiref_instrumented_gives_complete_trees(
 ) -> None:
     """Sync views through asgiref's thread-sensitive `sync_to_async` (a per-request executor
     joined in a thread of its own as the request ends), async views, a 404."""
-    app = serve(server, tmp_path, "django", "tests.apps.django_app:app",
-                "django.*,asgiref.*,tests.apps.*")  # fmt: skip
+    app = serve(server, tmp_path, "django", f"{DJANGO}:app",
+                f"django.*,asgiref.*,{DJANGO}")  # fmt: skip
     paths = ["/items/1/", "/items/0/", "/async/2/", "/health"] * 5
     try:
         statuses = [httpx.get(app.url + path, timeout=30).status_code for path in paths]
@@ -128,5 +124,5 @@ def test_django_with_asgiref_instrumented_gives_complete_trees(
     assert statuses == [200, 404, 200, 200] * 5
     details = assert_complete(server, requests_stored(server, "django", len(paths) + 1))
     called = {f for detail in details for f in functions_in(detail)}
-    assert {"tests.apps.django_app:item", "tests.apps.django_app:async_item"} <= called
+    assert {f"{DJANGO}:item", f"{DJANGO}:async_item"} <= called
     assert any(f.startswith("asgiref.") for f in called)

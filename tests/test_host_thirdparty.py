@@ -88,52 +88,11 @@ class Suite:
     min_passed: int = 100  # tests passing plainly at least
     # lanes of kind thread or executor in which the package's functions were recorded
     min_thread_lanes: int = 0
-    # (test id, defect): tests that pass plainly and fail in both host runs because of a
-    # known host defect (KNOWN DEFECTS below)
-    broken: tuple[tuple[str, str], ...] = ()
-    # (test id, defect): tests that a known host defect makes fail in some host runs only
-    unsteady: tuple[tuple[str, str], ...] = ()
-    # a known host defect that makes the traced run abort (a damaged heap)
-    traced_aborts: str = ""
-    # (module, defect): modules of the package that a known host defect leaves
-    # uninstrumented, or the whole package (uninstrumented)
-    passed_by: tuple[tuple[str, str], ...] = ()
-    uninstrumented: str = ""
-    # the server repairs nothing (no call left open, no exit without its enter) unless a
-    # known host defect, named here, makes it
-    incomplete: str = ""
 
     @property
     def id(self) -> str:
         return f"{self.dist}-{self.version}"
 
-
-# KNOWN DEFECTS: host defects of issue 14, being fixed elsewhere, that these suites find.
-# What a suite lists under one must fail as told until the fix merges; when it no longer
-# fails, the suite fails ("fixed: ...") until it is taken off the list, so every test comes
-# back into the guard as its fix lands.
-PROPAGATION_LEAKS = (
-    "issue 14 §1: propagation runs thread work in a copy of the caller's whole context: "
-    "sniffio's variable tells the portal's new thread that asyncio runs there, and the "
-    "copy keeps the caller's values (a context value, the loop) alive"
-)
-WORKER_LANES_LEFT_OPEN = (
-    "issue 14 §5: a worker thread that outlives the request (anyio's idle workers) leaves "
-    "its lane open at the request's end: stored truncated, the missing exits repaired"
-)
-LINE_TABLE_PAST_ITS_CODE = (
-    "issue 14 §2: a rewritten function with an instruction past column ~122 gets a "
-    "co_linetable describing more code units than co_code has; traced, CPython writes its "
-    "line array past the end, which the debug allocator finds when the code is freed"
-)
-PICKLED_BY_VALUE = (
-    "issue 14 §3: cloudpickle pickles an instrumented function by value, and its code's "
-    "constants hold the gate, which holds the live request: cannot pickle 'Request' object"
-)
-PLUGIN_PAST_THE_HOOK = (
-    "issue 14 §4: pytest hands a plugin (an installed one's whole package) to its assertion "
-    "rewriter, which sits before our finder on sys.meta_path: none of it instrumented"
-)
 
 # Each test here runs more than 700,000 calls of the package (more than the rest of its
 # suite together): recorded, they alone would take minutes. The two concurrency tests are
@@ -155,10 +114,8 @@ MORE_ITERTOOLS_MEASURES_THE_PROFILER = (
     "tests/test_more.py::SeekableTest::test_repeated_zero_cache_peek_has_bounded_memory",
 )
 
-# anyio's own addopts load its pytest plugin by entry-point name (`-p anyio`), which
-# hands the whole package to pytest's assertion rewriter, past our import hook (pytest-mock
-# below is the suite for that). Loading the plugin module itself leaves the rest of anyio
-# to the host, as an app that uses anyio without its plugin has it.
+# anyio's own addopts name its pytest plugin by entry point, which plugin autoloading (off
+# here, so that nothing of this venv loads) would find: the plugins are named as modules.
 ANYIO_PLUGINS = (
     *("-o", "addopts=", "-p", "anyio.pytest_plugin", "-p", "pytest_mock", "-p", "timeout"),
     *("--strict-config", "--strict-markers"),
@@ -176,12 +133,6 @@ ANYIO_LEFT_OUT = (
     # round may still be ending in between (it fails plainly too, now and then)
     "--deselect=tests/test_to_thread.py::TestBlockingPortalProvider::test_single_thread",
 )
-
-# Fails instrumented (PICKLED_BY_VALUE); Hypothesis then explains the failure with a tracer
-# of its own (sys.settrace), under which attrs' `attrs.<locals>.wrap` (LINE_TABLE_PAST_ITS_
-# CODE) damages the heap and the process aborts: it takes the whole run down, so it is left
-# out of every run until both fixes merge.
-ATTRS_TAKES_THE_PROCESS_DOWN = ("tests/test_3rd_party.py::TestCloudpickleCompat::test_repr",)
 
 SUITES = (
     Suite(  # generators everywhere: peekable, seekable, windowed, chunked, recipes
@@ -254,22 +205,6 @@ SUITES = (
         ),
         min_passed=700,
         min_thread_lanes=20,
-        broken=(
-            (
-                "tests.test_from_thread.TestBlockingPortal::test_from_async[asyncio-asyncio]",
-                PROPAGATION_LEAKS,
-            ),
-            (
-                "tests.test_to_thread::test_run_sync_worker_cyclic_references[asyncio]",
-                PROPAGATION_LEAKS,
-            ),
-        ),
-        unsteady=(
-            # fails when the worker thread that ran work for the loop still holds the copy
-            ("tests.test_to_thread::test_asyncio_run_does_not_leak_event_loop", PROPAGATION_LEAKS),
-        ),
-        passed_by=(("anyio.pytest_plugin", PLUGIN_PAST_THE_HOOK),),
-        incomplete=WORKER_LANES_LEFT_OPEN,
     ),
     Suite(  # a pytest plugin (a pytest11 entry point) whose own tests run through it
         "pytest-mock",
@@ -289,25 +224,19 @@ SUITES = (
         # tests start
         env=(("PYTEST_PLUGINS", "pytest_mock,pytest_asyncio.plugin"),),
         min_passed=150,
-        uninstrumented=PLUGIN_PAST_THE_HOOK,
     ),
     Suite(  # classes written for you: code generated per class (__init__, __eq__, ...),
         # descriptors, slots, validators and converters, Hypothesis-driven
         "attrs",
         "26.1.0",
         "attr",
-        (
-            *("-p", "steady_hypothesis", "tests"),
-            *(f"--deselect={t}" for t in ATTRS_TAKES_THE_PROCESS_DOWN),
-        ),
+        ("-p", "steady_hypothesis", "tests"),
         ("attr._make:_ClassBuilder.build_class", "attr._make:_transform_attrs"),
         min_functions=170,
         min_calls=250_000,
         src="src",
         deps=("hypothesis==6.170.17", "sortedcontainers==2.4.0", "cloudpickle==3.1.3"),
         min_passed=1200,
-        # `_transform_attrs` and `attrs.<locals>.wrap`, run for every class the tests make
-        traced_aborts=LINE_TABLE_PAST_ITS_CODE,
     ),
     Suite(  # text: a lexer, a parser, a compiler to Python source, sync and async rendering
         "jinja2",
@@ -509,14 +438,9 @@ def check_run(
     """What both host runs prove; returns the probe's report and the main request."""
     suite = checkout.suite
     after = outcomes(junit)
-    known = dict(suite.broken)
-    excused = set(known) | {t for t, _ in suite.unsteady}
-    assert excused <= checkout.passed, sorted(excused - checkout.passed)
-    broken = sorted(t for t in checkout.passed - excused if after.get(t) != "passed")
+    broken = sorted(t for t in checkout.passed if after.get(t) != "passed")
     assert done.returncode >= 0, (done.returncode, done.stderr[-5000:])
     assert not broken, (broken[:20], done.stdout[-5000:], done.stderr[-2000:])
-    fixed = sorted(t for t in known if after.get(t) == "passed")
-    assert not fixed, f"fixed: take these off {suite.dist}'s broken list: {fixed}"
     # the host says nothing (a warning, a hook's failure, a thread's traceback) where all
     # goes well; the cache's path, in the suites' own warnings, is not the host speaking
     stderr = done.stderr.replace(str(CACHE), "$CACHE")
@@ -527,22 +451,15 @@ def check_run(
     assert {"failures", "hook_errors", *WORK_COUNTERS} <= set(counters), counters
     failed = {name: n for name, n in counters.items() if n and name not in WORK_COUNTERS}
     assert not failed, counters
-    if suite.uninstrumented:
-        assert counters["functions_instrumented"] == 0, f"fixed: {suite.uninstrumented}"
-        pytest.xfail(suite.uninstrumented)
     assert counters["functions_instrumented"] >= suite.min_functions, counters
     # a module of the package whose functions all run their original code was loaded past
-    # the import hook (or every rewrite of it failed); test modules and conftests inside a
-    # package are pytest's to load (assertion rewriting), as the README tells
+    # the import hook (or every rewrite of it failed)
     passed_by = {
         name: module
         for name, module in report["modules"].items()
-        if module["functions"] and not module["instrumented"] and not module["test_module"]
+        if module["functions"] and not module["instrumented"]
     }
-    known = dict(suite.passed_by)
-    assert {m: passed_by[m] for m in set(passed_by) - set(known)} == {}
-    fixed = sorted(set(known) - set(passed_by))
-    assert not fixed, f"fixed: take these off {suite.dist}'s passed_by list: {fixed}"
+    assert passed_by == {}
     assert report["tests"]["sampled"] == report["tests"]["run"] > 0, report["tests"]
 
     # the Python processes its tests start stream requests of their own
@@ -551,11 +468,8 @@ def check_run(
     main = max(requests, key=lambda r: r["calls"])
     truncated = [r for r in requests if r["truncated"]]
     made = repairs(server) - repaired_before
-    if suite.incomplete:
-        assert truncated or made, f"fixed: {suite.dist} is stored whole ({suite.incomplete})"
-    else:
-        assert not truncated, (truncated, made)
-        assert not made, made
+    assert not truncated, (truncated, made)
+    assert not made, made
     assert main["calls"] >= suite.min_calls, main
     functions = httpx.get(
         f"{server.http}/api/functions", params={"service": service}, timeout=30
@@ -657,11 +571,7 @@ def traced_run(prepared: Checkout, server: ServerProcess, tmp_path: Path) -> Non
     }
     before = repairs(server)
     done = prepared.run(tmp_path / "traced.xml", host, runner, env)
-    if suite.traced_aborts:
-        assert done.returncode < 0, f"fixed: {suite.dist} no longer aborts ({suite.traced_aborts})"
-        # the debug allocator's report of a damaged block, then its abort
-        assert "Debug memory block at address" in done.stderr, done.stderr[-5000:]
-        pytest.xfail(suite.traced_aborts)
+    assert "Debug memory block" not in done.stderr, done.stderr[-5000:]
     assert "Fatal Python error" not in done.stderr, done.stderr[-5000:]
     report, _ = check_run(prepared, before, done, tmp_path / "traced.xml", probe, server, service)
     assert report["tests"]["traced_and_sampled"] == report["tests"]["run"], report
@@ -673,27 +583,3 @@ def traced_run(prepared: Checkout, server: ServerProcess, tmp_path: Path) -> Non
     package = str(prepared.source / suite.src / suite.package)
     traced = [f for f in covered.measured_files() if f.startswith(package + os.sep)]
     assert traced, sorted(covered.measured_files())[:20]
-
-
-LONG_LINE = f"""
-def long_message(a):
-    return f"{"x" * 120}{{a!r}}"
-"""
-
-
-def test_traced_run_finds_a_line_table_past_its_code(server: ServerProcess, tmp_path: Path):
-    """The traced run's guard, shown to bite: a package whose one function has an
-    instruction past column 122 (none of the suites above has one), traced and freed."""
-    source = tmp_path / "canary"
-    (source / "canary_pkg").mkdir(parents=True)
-    (source / "canary_pkg" / "__init__.py").write_text(LONG_LINE)
-    (source / "test_canary.py").write_text(
-        "from canary_pkg import long_message\n\n\n"
-        "def test_long_message():\n    assert long_message(1).endswith('x1')\n"
-    )
-    suite = Suite(
-        "canary", "0", "canary_pkg", ("test_canary.py",), ("canary_pkg:long_message",), 1, 1,
-        min_passed=1, traced_aborts=LINE_TABLE_PAST_ITS_CODE,
-    )  # fmt: skip
-    passed = frozenset({"test_canary::test_long_message"})
-    traced_run(Checkout(suite, source, (str(source),), passed), server, tmp_path)

@@ -24,7 +24,6 @@ import os
 import sys
 import weakref
 from collections.abc import Iterator
-from fnmatch import fnmatch
 from types import FunctionType
 from typing import TYPE_CHECKING
 
@@ -67,7 +66,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             name: value for name, value in vars(instrumenter).items() if type(value) is int
         }
         report["instrumenter"]["hook_errors"] = hooks.errors[0]
-        report["modules"] = _modules(profiler, config)
+        report["modules"] = _modules(profiler)
     _write(path, report)
     if profiler is not None and os.environ.get("REQUEST_PROFILER_PROBE_RELEASE"):
         report["released"] = _release(profiler)
@@ -95,10 +94,9 @@ def _release(profiler: Profiler) -> dict[str, int]:
     return {"rewritten": len(rewritten), "alive": sum(ref() is not None for ref in rewritten)}
 
 
-def _modules(profiler: Profiler, config: pytest.Config) -> dict[str, dict]:
+def _modules(profiler: Profiler) -> dict[str, dict]:
     """module -> live functions defined in its file, how many run instrumented code, what
-    loaded it, whether it is a test module."""
-    tests = [*config.getini("python_files"), "conftest.py"]
+    loaded it."""
     modules = {
         name: module
         for name, module in list(sys.modules.items())
@@ -110,7 +108,6 @@ def _modules(profiler: Profiler, config: pytest.Config) -> dict[str, dict]:
             "functions": 0,
             "instrumented": 0,
             "loader": type(getattr(module.__spec__, "loader", None)).__qualname__,
-            "test_module": any(fnmatch(os.path.basename(files[name]), p) for p in tests),
         }
         for name, module in modules.items()
     }
