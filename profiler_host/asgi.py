@@ -29,9 +29,11 @@ class ProfilerMiddleware:
             await self.app(scope, receive, send)
             return
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
-        request = profiler.begin(
-            scope.get("path") or "/", method, profiler.forced(_header(scope, FORCE_HEADER))
+        # headers are read only where a secret can force a request: every request pays this
+        forced = bool(profiler.settings.force_secret) and profiler.forced(
+            _header(scope, FORCE_HEADER)
         )
+        request = profiler.begin(scope.get("path") or "/", method, forced)
         if request is None:
             await self.app(scope, receive, send)
             return

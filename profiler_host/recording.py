@@ -19,7 +19,6 @@ else the Python classes below. `PROFILER_PURE_PYTHON=1` picks the Python ones.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -27,6 +26,7 @@ from time import monotonic_ns
 from typing import Protocol
 
 from profiler_core.model import MAIN_LANE, EventKind, LaneKind
+from profiler_host import native
 
 EVENT_INTS = 3  # ints per event in a lane's buffer
 KIND_BITS = 3  # EventKind values are 0..6
@@ -61,11 +61,8 @@ class _PyLaneCore:
 
 
 def _cores() -> tuple[type, type, str]:
-    if os.environ.get("PROFILER_PURE_PYTHON", "") not in ("", "0"):
-        return _PyRequestCore, _PyLaneCore, "python"
-    try:
-        from profiler_host import _hotpath
-    except ImportError:  # not built (no compiler at install time)
+    _hotpath = native.extension("_hotpath")
+    if _hotpath is None:
         return _PyRequestCore, _PyLaneCore, "python"
     kinds = ("ENTER", "EXIT", "EXIT_EXCEPTION", "SUSPEND", "RESUME", "EXIT_CANCELLED")
     built_for = [_hotpath.KIND_BITS, *(getattr(_hotpath, kind) for kind in kinds)]

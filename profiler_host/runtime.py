@@ -22,7 +22,7 @@ from profiler_host.importer import InstrumentingFinder
 from profiler_host.instrumenter import Instrumenter
 from profiler_host.recording import CURRENT, Request
 from profiler_host.rewriter import SUPPORTED
-from profiler_host.sampler import Sampler
+from profiler_host.sampler import new_sampler
 from profiler_host.settings import HostSettings
 from profiler_host.transport import Transport, TransportSettings
 
@@ -36,7 +36,7 @@ class Profiler:
         self.filter = ModuleFilter(settings.include or ("__main__",), settings.exclude)
         self.instrumenter = Instrumenter(self.filter, self.registry, cache=_code_cache(settings))
         self.finder = InstrumentingFinder(self.instrumenter)
-        self.sampler = Sampler(settings.sample_rate, settings.route_interval)
+        self.sampler = new_sampler(settings.sample_rate, settings.route_interval)
         self.transport = Transport(
             TransportSettings(
                 server=settings.server,

@@ -6,6 +6,9 @@ a quiet spell the smoothed rate is low, and a burst would otherwise be sampled f
 the target. The first request of each route shape in every `route_interval` is sampled
 regardless, so rare routes show up. Paths are shaped
 (numeric and id-like segments folded) so `/orders/17` and `/orders/18` are one route.
+
+Every request pays for the decision, sampled or not. `profiler_host._sampling` makes the
+same decision in C for about a tenth of this reference's cost (`new_sampler` picks it).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from time import monotonic
+
+from profiler_host import native
 
 _HEX_ID = frozenset("0123456789abcdefABCDEF-")
 MAX_ROUTES = 1000
@@ -76,3 +81,11 @@ class Sampler:
             self._window_sampled += 1
             return True
         return False
+
+
+def new_sampler(rate: float, route_interval: float) -> Sampler:
+    """The C sampler when it is built (see the module's docstring), else this one."""
+    _sampling = native.extension("_sampling")
+    if _sampling is None:
+        return Sampler(rate, route_interval)
+    return _sampling.Sampler(rate, route_interval)

@@ -10,7 +10,8 @@ import re
 import pytest
 
 from profiler_host import cli
-from profiler_host.sampler import Sampler, route_shape
+from profiler_host import sampler as reference
+from profiler_host.native import extension
 from profiler_host.settings import OPTIONS, HostSettings
 
 
@@ -52,7 +53,34 @@ def test_scripts_run_through_the_script_runner():
     assert cli.script_command(["gunicorn", "app.py"]) == ["gunicorn", "app.py"]
 
 
-def test_route_shapes_fold_ids():
+_sampling = extension("_sampling")
+# the sampler and its route shapes: the Python reference and, when built, the C twin
+SAMPLERS = {"python": reference.Sampler}
+SHAPES = {"python": reference.route_shape}
+if _sampling is not None:
+    SAMPLERS["c"] = _sampling.Sampler
+    SHAPES["c"] = _sampling.route_shape
+
+
+@pytest.fixture(params=list(SAMPLERS))
+def Sampler(request):
+    return SAMPLERS[request.param]
+
+
+@pytest.fixture(params=list(SHAPES))
+def route_shape(request):
+    return SHAPES[request.param]
+
+
+def test_the_c_sampler_is_in_use_when_built():
+    """An install builds it (./dev setup, CI); the host then uses it."""
+    if os.environ.get("PROFILER_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("PROFILER_PURE_PYTHON=1 selects the Python sampler")
+    assert _sampling is not None, "profiler_host._sampling is not built"
+    assert type(reference.new_sampler(10, 60)) is _sampling.Sampler
+
+
+def test_route_shapes_fold_ids(route_shape):
     assert route_shape("/orders/17/items/3") == "/orders/:id/items/:id"
     assert route_shape("/users/3f2c9a1e-8b7d-4c2a-9e1f-0a1b2c3d4e5f") == "/users/:id"
     assert route_shape("/products/export") == "/products/export"
@@ -62,7 +90,7 @@ def test_route_shapes_fold_ids():
     assert route_shape("/reports/2024-Q1/٣") == "/reports/2024-Q1/:id"  # a Unicode digit
 
 
-def test_route_shapes_follow_the_documented_pattern_on_random_paths():
+def test_route_shapes_follow_the_documented_pattern_on_random_paths(route_shape):
     """Numbers, and hex ids of 16+ characters, as docs/host.md's route shapes say."""
     pattern = re.compile(r"^(\d+|[0-9a-fA-F-]{16,})$")
     rng = random.Random(7)
@@ -84,7 +112,9 @@ class FakeClock:
         return self.now
 
 
-def run(sampler: Sampler, clock: FakeClock, per_second: int, seconds: int, path: str) -> int:
+def run(
+    sampler: reference.Sampler, clock: FakeClock, per_second: int, seconds: int, path: str
+) -> int:
     sampled = 0
     for _ in range(seconds):
         for _ in range(per_second):
@@ -93,7 +123,7 @@ def run(sampler: Sampler, clock: FakeClock, per_second: int, seconds: int, path:
     return sampled
 
 
-def test_sampling_probability_falls_as_load_rises():
+def test_sampling_probability_falls_as_load_rises(Sampler):
     clock = FakeClock()
     chances = iter([i / 997 % 1 for i in range(10**6)])  # deterministic, evenly spread
     sampler = Sampler(rate=10, route_interval=60, clock=clock, chance=lambda: next(chances))
@@ -106,7 +136,7 @@ def test_sampling_probability_falls_as_load_rises():
     assert sampler.probability < 0.02
 
 
-def test_a_burst_after_a_quiet_spell_stays_within_the_rate():
+def test_a_burst_after_a_quiet_spell_stays_within_the_rate(Sampler):
     clock = FakeClock()
     sampler = Sampler(rate=10, route_interval=60, clock=clock, chance=lambda: 0.0)
     run(sampler, clock, per_second=1, seconds=30, path="/a")  # quiet: the estimate falls
@@ -116,7 +146,7 @@ def test_a_burst_after_a_quiet_spell_stays_within_the_rate():
     assert burst == 9  # the window's 10 in all
 
 
-def test_first_request_of_each_route_is_sampled():
+def test_first_request_of_each_route_is_sampled(Sampler):
     clock = FakeClock()
     sampler = Sampler(rate=1, route_interval=60, clock=clock, chance=lambda: 0.999)
     assert sampler.decide("/rare/1")
@@ -124,3 +154,29 @@ def test_first_request_of_each_route_is_sampled():
     clock.now += 61
     assert sampler.decide("/rare/3")
     assert not Sampler(rate=0, clock=clock).decide("/x")  # 0: sampling off
+
+
+@pytest.mark.skipif(_sampling is None, reason="the C sampler is not built or not wanted")
+@pytest.mark.parametrize("seed", range(5))
+def test_c_and_python_samplers_decide_alike(seed: int) -> None:
+    """Random arrivals (bursts, quiet spells, new and repeated route shapes, more shapes
+    than are remembered) with one clock and one stream of chances: the same decisions."""
+    rng = random.Random(seed)
+    clock = FakeClock()
+    chances = [rng.random() for _ in range(40_000)]
+    rate = rng.choice((0.5, 1, 2))
+    twins = [
+        make(rate, route_interval=5, clock=clock, chance=iter(chances).__next__)
+        for make in (reference.Sampler, _sampling.Sampler)
+    ]
+    decisions: list[list[bool]] = [[], []]
+    for _ in range(20_000):
+        clock.now += rng.choice((0.0, 0.0001, 0.001, 0.01, 0.3, 1.7))
+        path = rng.choice(
+            ("/a", "/orders/17", f"/x/{rng.randrange(3000)}/y", f"/p{rng.randrange(1500)}")
+        )
+        for decided, twin in zip(decisions, twins, strict=True):
+            decided.append(twin.decide(path))
+    assert decisions[0] == decisions[1]
+    assert twins[0].probability == twins[1].probability
+    assert 0 < sum(decisions[0]) < len(decisions[0])
