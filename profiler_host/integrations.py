@@ -49,13 +49,15 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "gunicorn.util": _patch_gunicorn,
     "uvicorn.config": _patch_uvicorn,
 }
+# patched right after their import too, for other parts of the host (`after_import`)
+_LATER: dict[str, Callable[[ModuleType], None]] = {}
 
 
 class AfterImport(MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        patch = PATCHES.get(fullname)
+        patch = PATCHES.get(fullname) or _LATER.get(fullname)
         if patch is None:
             return None
         spec = spec_from_others(self, fullname, path, target)
@@ -69,9 +71,7 @@ class AfterImport(MetaPathFinder):
             try:
                 patch(module)
             except Exception:
-                log.warning(
-                    "request-profiler: could not wrap the app of %s", fullname, exc_info=True
-                )
+                log.warning("request-profiler: could not patch %s", fullname, exc_info=True)
 
         sub = type(base.__name__, (base,), {"exec_module": exec_module})
         spec.loader = as_subclass(spec.loader, sub)
@@ -88,5 +88,15 @@ def install() -> None:
     for name, patch in PATCHES.items():
         if name in sys.modules:
             patch(sys.modules[name])
+    _finder_in()
+
+
+def after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """`patch(module)` right after module `name` is imported (which has not happened yet)."""
+    _LATER[name] = patch
+    _finder_in()
+
+
+def _finder_in() -> None:
     if not any(isinstance(f, AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, AfterImport())

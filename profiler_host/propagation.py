@@ -27,15 +27,17 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 from profiler_core.model import LaneKind
-from profiler_host import recording
+from profiler_host import integrations, recording
 from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
 from profiler_host.recording import CURRENT, Lane
 
 _originals: dict[tuple[object, str], Callable] = {}  # what we wrapped
 _wrappers: dict[tuple[object, str], Callable] = {}  # our wrapper of it
+_installed = False  # between install() and uninstall()
 
 
 class _PyInLane:
@@ -272,6 +274,28 @@ def _call_soon(original: Callable) -> Callable:
     return call_soon
 
 
+def _handle_run(original: Callable) -> Callable:
+    """A loop callback that is not a task's step (a future's done callback, a timer, anyio's
+    cancellation delivery) runs in the context it was scheduled from, so in the lane of a
+    task whose coroutines are suspended (unrecorded, if they gave control away by `await`).
+    Its calls would nest under them: it runs with no lane instead, in that same context."""
+
+    @functools.wraps(original)
+    def _run(self: asyncio.Handle) -> None:
+        context = self._context
+        if context.get(CURRENT) is None or isinstance(
+            getattr(self._callback, "__self__", None), asyncio.Task
+        ):
+            return original(self)
+        token = context.run(CURRENT.set, None)
+        try:
+            return original(self)
+        finally:
+            context.run(CURRENT.reset, token)
+
+    return _run
+
+
 def _anyio_run_sync(original: Callable) -> Callable:
     @functools.wraps(original)
     async def run_sync(func: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -288,6 +312,7 @@ Wrap = Callable[[Callable], Callable]
 _PATCHES: list[tuple[object, str, Wrap]] = [
     (asyncio.BaseEventLoop, "create_task", _create_task),
     (asyncio.BaseEventLoop, "call_soon", _call_soon),
+    (asyncio.Handle, "_run", _handle_run),
     (threading.Thread, "start", _thread_start),
     (ThreadPoolExecutor, "submit", _submit),
 ]
@@ -309,19 +334,32 @@ def _patch(owner: object, name: str, wrap: Wrap) -> None:
 
 
 def install() -> None:
-    """Called as a request is sampled while none is in flight: a few setattr."""
+    """Called as a request is sampled while none is in flight: a few setattr. A module of
+    the list not imported yet is patched right after its import, if still installed then
+    (a whole-process request begins before the app imports anyio)."""
+    global _installed
+    _installed = True
     for owner, name, wrap in _PATCHES:
         _patch(owner, name, wrap)
     for module_name, name, wrap in _MODULE_PATCHES:
         module = sys.modules.get(module_name)
-        if module is not None and hasattr(module, name):
+        if module is None:
+            integrations.after_import(module_name, functools.partial(_imported, name, wrap))
+        elif hasattr(module, name):
             _patch(module, name, wrap)
+
+
+def _imported(name: str, wrap: Wrap, module: ModuleType) -> None:
+    if _installed and hasattr(module, name):
+        _patch(module, name, wrap)
 
 
 def uninstall() -> None:
     """Called as the last sampled request in flight ends: the originals go back, so a
     process that sampled once runs asyncio and threading as before. A wrapper that someone
     else has wrapped since stays (taking ours out would take theirs out too)."""
+    global _installed
+    _installed = False
     for (owner, name), wrapper in _wrappers.items():
         if getattr(owner, name) is wrapper:
             setattr(owner, name, _originals[(owner, name)])

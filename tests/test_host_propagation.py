@@ -29,12 +29,14 @@ from typing import Any
 import pytest
 
 from profiler_core.model import LaneKind
-from profiler_host import propagation, recording, runtime
+from profiler_host import hooks, propagation, recording, runtime
 from profiler_host.recording import CURRENT
 from profiler_host.settings import HostSettings
+from tests import torture_cases
 from tests.helpers import eventually, nodes, stored_requests
 from tests.processes import ServerProcess, host
 from tests.test_host_e2e import tree
+from tests.test_host_rewriter import assert_nested, request
 
 COMMON = """
 import asyncio
@@ -527,3 +529,67 @@ def test_uvloop_tasks_get_lanes_through_a_chained_task_factory() -> None:
         "test_uvloop_tasks_get_lanes_through_a_chained_task_factory.<locals>.child"
     ]
     assert factory_after is theirs
+
+
+LATE_ANYIO = """
+import sys
+import profiler_host
+
+assert "anyio" not in sys.modules
+profiler_host.start(server="127.0.0.1:9", whole_process=True, code_cache="off")
+import anyio.to_thread
+
+print(hasattr(anyio.to_thread.run_sync, "__wrapped__"))
+"""
+
+
+def test_anyio_imported_after_the_request_began_is_followed() -> None:
+    """A whole-process request begins before the app imports anyio: anyio's thread pool
+    is patched right after its import, so its work still gets executor lanes."""
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_ANYIO], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "True"
+
+
+CALLBACKS = """
+import asyncio
+
+def plain_step(log):
+    log.append("callback ran")
+
+async def waiter(future):
+    return await future
+
+async def main(log):
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    loop.call_soon(plain_step, log)  # runs while main awaits, in main's context
+    loop.call_soon(future.set_result, 7)
+    return await waiter(future)
+"""
+
+
+def test_loop_callbacks_do_not_nest_under_suspended_coroutines() -> None:
+    """A loop callback runs in the context it was scheduled from, the lane of a task whose
+    coroutines gave control away by `await` (no hook saw it): it runs with no lane, so
+    nothing nests under frames that are not running (anyio's cancellation delivery)."""
+    functions: dict[int, Any] = {}
+    code = torture_cases.instrument_tree(
+        compile(CALLBACKS, "<callbacks>", "exec"), hooks.HOOKS, functions
+    )
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    log: list[str] = []
+    propagation.install()
+    try:
+        with request(sampled=True) as req:
+            assert asyncio.run(namespace["main"](log)) == 7
+    finally:
+        propagation.uninstall()
+    assert log == ["callback ran"]
+    recorded = [functions[fid].co_qualname for lane in req.lanes for _, fid, _, _ in lane.events]
+    assert "main" in recorded and "waiter" in recorded and "plain_step" not in recorded
+    for lane in req.lanes:
+        assert_nested(lane.id, lane.events, functions)
