@@ -62,7 +62,9 @@ def test_an_awaited_sleep_is_wall_time_not_active_time(stack):
     request = fetch(stack, "/slow?ms=120", "/slow")
     sleeper = only(request, "profiling_target.delays:call_slow_upstream_async")
     wall = sleeper["end_ns"] - sleeper["start_ns"]
-    assert 120 * MS <= wall < 400 * MS
+    # uvloop (uvicorn's choice when installed) keeps timers in whole milliseconds: a sleep
+    # can end up to 1 ms before its delay
+    assert 119 * MS <= wall < 400 * MS
     assert sleeper["suspensions"] >= 1
     assert sleeper["active_ns"] < 20 * MS  # on the loop only to start and finish the sleep
     assert sleeper["await_ns"] + sleeper["ready_ns"] >= 110 * MS
