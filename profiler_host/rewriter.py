@@ -291,7 +291,25 @@ def _clone(items: list, open_entries: list[TryBegin]) -> list:
             copy.append(twin)
         else:
             raise NotInstrumentable(f"unexpected {type(item).__name__} in the instruction list")
-    return copy
+    return _without_empty_entries(copy)
+
+
+def _without_empty_entries(items: list) -> list:
+    """`items` less the entries around no instruction (an entry opened again at the copy's
+    start that the original closes right after its first RESUME): a table entry may not be
+    empty."""
+    kept: list[Any] = []
+    empty: dict[int, int] = {}  # id(TryBegin) -> its place in `kept`, while no Instr follows
+    for item in items:
+        if isinstance(item, Instr):
+            empty.clear()
+        elif isinstance(item, TryBegin):
+            empty[id(item)] = len(kept)
+        elif isinstance(item, TryEnd) and id(item.entry) in empty:
+            kept[empty.pop(id(item.entry))] = None
+            continue
+        kept.append(item)
+    return [item for item in kept if item is not None]
 
 
 def _handler_depths(items: list) -> dict[int, int]:

@@ -2,7 +2,7 @@
 counts the exception handlers around the yield.
 
 - CALL takes [NULL, callable, args...] as on 3.11, without PRECALL.
-- `return <constant>` is one RETURN_CONST with nothing on the stack but the token.
+- `return <constant>` is one RETURN_CONST, with nothing on the stack but the token.
 - POP_JUMP_IF_* jump forward (the assembler picks no direction); POP_JUMP_IF_TRUE still
   takes any object, so the gate is still two instructions.
 - YIELD_VALUE's oparg is the depth of exception handlers around the yield, 1 meaning only
@@ -42,8 +42,16 @@ class Py312(Py311):
         return instr.name in ("RETURN_VALUE", "RETURN_CONST")
 
     def drop_token_and_return(self, ret: Instr) -> list[Instr]:
-        if ret.name == "RETURN_CONST":  # the token is all there is on the stack
-            return [Instr("POP_TOP", location=ret.location), ret]
+        """RETURN_CONST returns with the stack empty, inside the implicit handler's entry
+        in generators and coroutines, whose depth the copy raises by the token: popping
+        the token first would leave the stack below that depth, so the copy loads the
+        constant and returns it with RETURN_VALUE."""
+        if ret.name == "RETURN_CONST":
+            loaded = Instr("LOAD_CONST", ret.arg, location=ret.location)
+            return [
+                loaded,
+                *super().drop_token_and_return(Instr("RETURN_VALUE", location=ret.location)),
+            ]
         return super().drop_token_and_return(ret)
 
     def in_instrumented_copy(self, instr: Instr) -> Instr:
