@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from contextvars import Token
 from pathlib import Path
 
-from profiler_host import hooks, layouts, propagation, recording
+from profiler_host import hooks, layouts, observers, propagation, recording
 from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
@@ -103,7 +103,7 @@ class Profiler:
 
     def begin(self, route: str, method: str, forced: bool = False) -> Request | None:
         """A new sampled request, or None when this one is not recorded."""
-        if not forced and (sys.gettrace() is not None or not self.sampler.decide(route)):
+        if not forced and (observers.watched() or not self.sampler.decide(route)):
             return None
         if self.transport.over_budget():
             self.transport.drop("buffer_full")
