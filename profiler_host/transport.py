@@ -36,6 +36,8 @@ log = logging.getLogger("profiler_host")
 METHOD = "/request_profiler.v1.Ingest/Stream"
 PROFILER_VERSION = "0.1.0"
 MAX_BACKOFF = 30.0
+# how long the first sampled request waits for the stream's threads (see Transport.start)
+STREAM_THREADS_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Transport:
         self._collecting = threading.Lock()  # held while requests are between queue and backlog
         self._thread: threading.Thread | None = None
         self._idle = False  # the transport thread waits for a kick, with no timeout
+        self._streaming = threading.Event()  # the first stream's threads run, or it failed
         self._pid = os.getpid()
         self._new_session()
 
@@ -83,9 +86,14 @@ class Transport:
     # --- app side: cheap, never blocks on the network -------------------------------
 
     def start(self) -> None:
-        """Starts streaming (in this process): running requests are sent as they record."""
+        """Starts streaming (in this process): running requests are sent as they record.
+
+        The first call waits (boundedly, once) until the stream's threads run: CPython 3.12
+        refuses to start threads once the interpreter finalizes, even in exit handlers, so a
+        script whose only request ends just before it exits could not connect then."""
         self._ensure_thread()
         self._kick()
+        self._streaming.wait(STREAM_THREADS_WAIT)
 
     def submit(self, request: Request) -> None:
         """A request has ended; it is encoded and sent from the transport thread."""
@@ -138,6 +146,7 @@ class Transport:
         self._finished.clear()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._streaming = threading.Event()
         self._lock = threading.Lock()
         self._collecting = threading.Lock()
         self._new_session()
@@ -179,6 +188,7 @@ class Transport:
             except Exception as exc:  # the server is away: keep recording, retry later
                 log.debug("request-profiler: stream to %s ended: %s", self.settings.server, exc)
             finally:
+                self._streaming.set()  # whatever became of it, start() waits no more
                 self.connected = False
                 self._outbox = None
                 channel.close()
@@ -205,6 +215,7 @@ class Transport:
             target=self._read_acks, args=(responses,), name="request-profiler-acks", daemon=True
         )
         acks.start()
+        self._streaming.set()
         self.connected = True
         while not self._stopping.is_set() and acks.is_alive():
             self._wake.wait(self._next_wait())
