@@ -17,6 +17,7 @@ import platform
 import queue
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -36,8 +37,10 @@ log = logging.getLogger("profiler_host")
 METHOD = "/request_profiler.v1.Ingest/Stream"
 PROFILER_VERSION = "0.1.0"
 MAX_BACKOFF = 30.0
-# how long the first sampled request waits for the stream's threads (see Transport.start)
-STREAM_THREADS_WAIT = 1.0
+# CPython 3.12 starts no thread once the interpreter finalizes, not even in exit handlers
+# (3.11 and 3.13 do): there the first sampled request waits this long at most for the
+# stream's threads (see Transport.start)
+STREAM_THREADS_WAIT = 1.0 if sys.version_info[:2] == (3, 12) else 0.0
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,12 @@ class Transport:
     def start(self) -> None:
         """Starts streaming (in this process): running requests are sent as they record.
 
-        The first call waits (boundedly, once) until the stream's threads run: CPython 3.12
-        refuses to start threads once the interpreter finalizes, even in exit handlers, so a
-        script whose only request ends just before it exits could not connect then."""
+        On 3.12 the first call waits (boundedly, once) until the stream's threads run: a
+        script whose only request ends just before it exits could not start them later."""
         self._ensure_thread()
         self._kick()
-        self._streaming.wait(STREAM_THREADS_WAIT)
+        if STREAM_THREADS_WAIT:
+            self._streaming.wait(STREAM_THREADS_WAIT)
 
     def submit(self, request: Request) -> None:
         """A request has ended; it is encoded and sent from the transport thread."""
