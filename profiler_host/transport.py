@@ -40,7 +40,7 @@ MAX_BACKOFF = 30.0
 # CPython 3.12 starts no thread once the interpreter finalizes, not even in exit handlers
 # (3.11 and 3.13 do): there the first sampled request waits this long at most for the
 # stream's threads (see Transport.start)
-STREAM_THREADS_WAIT = 1.0 if sys.version_info[:2] == (3, 12) else 0.0
+STREAM_THREADS_WAIT = 0.25 if sys.version_info[:2] == (3, 12) else 0.0
 
 
 @dataclass(frozen=True)
