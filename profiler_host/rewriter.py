@@ -3,7 +3,7 @@
 A rewritten code object holds its body twice, behind a gate after the first RESUME (so
 generators and coroutines enter on first resume): the original instructions, which run
 while no request in the process is sampled (the gate, a shared list constant, is empty:
-two instructions, no name lookup, no call, nothing at returns or yields), and an
+two instructions, three on 3.13, no name lookup, no call, nothing at returns or yields), and an
 instrumented copy. A frame that takes the copy keeps a *token* at the bottom of its value
 stack, what the enter hook returned; every return, every yield, every resume after a
 yield and a catch-all exception handler hand it to a hook. A frame whose context holds no

@@ -54,5 +54,6 @@ class Layout(ABC):
 
     @abstractmethod
     def in_instrumented_copy(self, instr: Instr) -> Instr:
-        """`instr` as the instrumented copy holds it: opargs that tell the interpreter which
-        exception handlers enclose a yield count the copy's catch-all (see py312, py313)."""
+        """`instr`, the copy's own, as the instrumented copy holds it: opargs that tell the
+        interpreter which exception handlers enclose a yield count the copy's catch-all
+        (see py312, py313)."""
