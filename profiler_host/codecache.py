@@ -6,8 +6,9 @@ the gate), and function ids differ between processes. So the cache stores the mo
 rewritten code with every hook constant replaced by a marker string and, per code object in
 a fixed walk order, the index of its function-id constant. Loading swaps the hooks back in
 and registers fresh ids. Entries are keyed by the original code's marshalled bytes, the
-Python version and the rewriter's own sources, so any change to either misses; a module whose
-layout cannot be recorded exactly is simply not cached. Every failure here means a miss.
+full Python version (`sys.version`) and the rewriter's own sources (its layouts included),
+so any change to either misses; a module whose layout cannot be recorded exactly is simply
+not cached. Every failure here means a miss.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 from types import CodeType
 
-from profiler_host import codetables, rewriter
+from profiler_host import codetables, layouts, rewriter
 
 log = logging.getLogger("profiler_host")
 
@@ -32,7 +33,11 @@ _FORMAT = 1
 
 
 def _rewriter_fingerprint() -> bytes:
-    source = b"".join(Path(m.__file__).read_bytes() for m in (rewriter, codetables))
+    """The interpreter's full version and the sources of everything that writes rewritten
+    code: the rewriter, the location encoder and every version's layout."""
+    modules = [Path(m.__file__) for m in (rewriter, codetables)]
+    modules += sorted(Path(layouts.__file__).parent.glob("*.py"))
+    source = b"".join(path.read_bytes() for path in modules)
     return hashlib.sha256(source + sys.version.encode() + bytes([_FORMAT])).digest()
 
 

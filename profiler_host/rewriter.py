@@ -1,20 +1,22 @@
-"""Injects enter/exit/suspend/resume hooks into code objects (CPython 3.11 layout).
+"""Injects enter/exit/suspend/resume hooks into code objects (CPython 3.11 to 3.13).
 
 A rewritten code object holds its body twice, behind a gate after the first RESUME (so
 generators and coroutines enter on first resume): the original instructions, which run
 while no request in the process is sampled (the gate, a shared list constant, is empty:
-two instructions, no name lookup, no call, nothing at returns or yields), and an
+two instructions, three on 3.13, no name lookup, no call, nothing at returns or yields), and an
 instrumented copy. A frame that takes the copy keeps a *token* at the bottom of its value
-stack, what the enter hook returned; every RETURN_VALUE, every yield, every resume after a
+stack, what the enter hook returned; every return, every yield, every resume after a
 yield and a catch-all exception handler hand it to a hook. A frame whose context holds no
 sampled lane, or whose enter hook declines, goes back to the original copy. See
 docs/host.md for why each step is where it is; `stackdepth` and `codetables` re-check
 every result, and a code object that fails keeps its original.
+
+What differs between versions (the gate, a call, a return, opargs around yields) is this
+interpreter's `layouts.LAYOUT`; everything here is written against it.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
@@ -25,8 +27,8 @@ from bytecode.concrete import _ConvertBytecodeToConcrete
 from bytecode.instr import InstrLocation
 
 from profiler_host import codetables, stackdepth
-
-SUPPORTED = (3, 11)
+from profiler_host.layouts import LAYOUT, Layout
+from profiler_host.layouts.base import RESUME_AFTER_YIELD, RESUME_AT_START
 
 CO_OPTIMIZED = 0x1
 CO_GENERATOR = 0x20
@@ -38,7 +40,6 @@ RESUMABLE = CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENER
 COMPREHENSIONS = frozenset({"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"})
 
 _NO_LINE = InstrLocation(None, None, None, None)
-_RESUME_AFTER_YIELD = 1  # RESUME's oparg: 0 start, 1 after yield, 2 yield from, 3 await
 
 
 @dataclass(frozen=True)
@@ -80,15 +81,15 @@ def instrumentable(code: CodeType) -> bool:
 
 def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
     """The instrumented twin of one code object (nested code objects are not touched)."""
-    if sys.version_info[:2] != SUPPORTED:
-        raise NotInstrumentable(f"bytecode layout of Python {sys.version_info[:2]} not supported")
+    if LAYOUT is None:
+        raise NotInstrumentable("no bytecode layout for this Python version")
     if not instrumentable(code):
         raise NotInstrumentable(f"{code.co_name} is not a function body")
     before = stackdepth.depths(code)
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     resumable = bool(code.co_flags & RESUMABLE)
     fid = FunctionId(function_id)
-    _Injector(bc, hooks, fid, resumable, _depth_by_position(code, before)).run()
+    _Injector(LAYOUT, bc, hooks, fid, resumable, _depth_by_position(code, before)).run()
     rewritten = _to_code(bc, code, stacksize=code.co_stacksize + 8)
     codetables.check(rewritten)
     stackdepth.check(rewritten)
@@ -111,8 +112,15 @@ class _Injector:
     instrumented one with the token at the bottom of the stack."""
 
     def __init__(
-        self, bc: Bytecode, hooks: Hooks, fid: int, resumable: bool, depths: list[int | None]
+        self,
+        layout: Layout,
+        bc: Bytecode,
+        hooks: Hooks,
+        fid: int,
+        resumable: bool,
+        depths: list[int | None],
     ) -> None:
+        self.layout = layout
         self.bc = bc
         self.hooks = hooks
         self.fid = fid
@@ -122,13 +130,14 @@ class _Injector:
         self.out: list[tuple[Any, bool]] = []
 
     def run(self) -> None:
+        layout = self.layout
         items = list(self.bc)
-        start = _entry_index(items)
+        start = _entry_index(layout, items)
         prologue, body = items[: start + 1], items[start + 1 :]
         position = sum(isinstance(item, Instr) for item in prologue) - 1
         plain, instrumented = Label(), Label()
         self._entry(plain, instrumented)
-        copy = _clone(body)
+        copy = _clone(body, _open_entries(prologue))
         handlers = _handler_depths(copy) if self.resumable else {}
         previous: Any = items[start]
         for n, item in enumerate(copy):
@@ -140,7 +149,8 @@ class _Injector:
                 continue
             position += 1
             depth = self.depths[position]
-            if item.name == "RETURN_VALUE":
+            item = layout.in_instrumented_copy(item)
+            if layout.is_return(item):
                 self._exit_on_return(item, depth)
             elif item.name == "YIELD_VALUE" and _plain_yield(previous):
                 self._hook_call(self.hooks.suspend, depth, item.location, covered=True)
@@ -149,16 +159,12 @@ class _Injector:
                 self.out.append((item, True))
             if item.name == "RESUME" and depth is not None:
                 hook = self.hooks.resume
-                if item.arg != _RESUME_AFTER_YIELD:
+                if layout.resume_kind(item) != RESUME_AFTER_YIELD:
                     hook = self.hooks.resume_delegated
                 self._hook_call(hook, depth, _next_location(copy, n), covered=True)
             previous = item
         self._handler()
-        gate = [
-            Instr("LOAD_CONST", self.hooks.gate, location=_NO_LINE),
-            Instr("POP_JUMP_FORWARD_IF_TRUE", instrumented, location=_NO_LINE),
-            plain,
-        ]
+        gate = [*layout.gate(self.hooks.gate, instrumented, _NO_LINE), plain]
         self.bc[:] = [*prologue, *gate, *body, *_with_catch_all(self.out)]
 
     def _emit(self, covered: bool, *instrs: Any) -> None:
@@ -167,28 +173,24 @@ class _Injector:
     def _entry(self, plain: Label, instrumented: Label) -> None:
         """The open gate: enter(lane, id) pushes the token and the instrumented copy runs;
         with no lane in this context, or no token, the frame goes back to the original."""
-        h = self.hooks
+        h, layout = self.hooks, self.layout
         unsampled, body = Label(), Label()
         enter = h.enter_resumable if self.resumable else h.enter
         loc = _NO_LINE
         self._emit(
             False,
             instrumented,
-            Instr("PUSH_NULL", location=loc),
-            Instr("LOAD_CONST", h.current, location=loc),
-            Instr("PRECALL", 0, location=loc),
-            Instr("CALL", 0, location=loc),
+            *layout.push_callable(h.current, loc),
+            *layout.call(0, loc),
             Instr("COPY", 1, location=loc),
-            Instr("POP_JUMP_FORWARD_IF_NONE", unsampled, location=loc),
-            Instr("PUSH_NULL", location=loc),
+            layout.jump_if_none(unsampled, loc),
+            *layout.push_callable(enter, loc),  # [lane, callable...] -> [callable..., lane]
             Instr("SWAP", 2, location=loc),
-            Instr("LOAD_CONST", enter, location=loc),
-            Instr("SWAP", 2, location=loc),
+            Instr("SWAP", 3, location=loc),
             Instr("LOAD_CONST", self.fid, location=loc),
-            Instr("PRECALL", 2, location=loc),
-            Instr("CALL", 2, location=loc),
+            *layout.call(2, loc),
             Instr("COPY", 1, location=loc),
-            Instr("POP_JUMP_FORWARD_IF_NOT_NONE", body, location=loc),
+            layout.jump_if_not_none(body, loc),
             unsampled,
             Instr("POP_TOP", location=loc),
             Instr("JUMP_BACKWARD", plain, location=loc),
@@ -201,29 +203,22 @@ class _Injector:
             raise NotInstrumentable("unreachable yield or return")
         self._emit(
             covered,
-            Instr("PUSH_NULL", location=location),
-            Instr("LOAD_CONST", hook, location=location),
+            *self.layout.push_callable(hook, location),
             Instr("COPY", depth + 3, location=location),  # the token, under `depth` values
-            Instr("PRECALL", 1, location=location),
-            Instr("CALL", 1, location=location),
+            *self.layout.call(1, location),
             Instr("POP_TOP", location=location),
         )
 
     def _exit_on_return(self, ret: Instr, depth: int | None) -> None:
-        """[token, value] -> exit(token) -> [value] -> RETURN_VALUE. The hook call carries
-        the return's line.
+        """[token, value] -> exit(token) -> [value] -> return. The hook call carries the
+        return's line.
 
         Not covered by the catch-all: a BaseException from the exit hook must not also
         record an exit by exception.
         """
         hook = self.hooks.exit_resumable if self.resumable else self.hooks.exit
         self._hook_call(hook, depth, ret.location, covered=False)
-        self._emit(
-            False,
-            Instr("SWAP", 2, location=ret.location),
-            Instr("POP_TOP", location=ret.location),
-            ret,
-        )
+        self._emit(False, *self.layout.drop_token_and_return(ret))
 
     def _handler(self) -> None:
         """Catch-all target: [token, lasti, exc] -> exit_exception(token, exc) -> re-raise
@@ -232,12 +227,10 @@ class _Injector:
         self._emit(
             False,
             _CATCH_ALL,
-            Instr("PUSH_NULL", location=loc),
-            Instr("LOAD_CONST", self.hooks.exit_exception, location=loc),
+            *self.layout.push_callable(self.hooks.exit_exception, loc),
             Instr("COPY", 5, location=loc),  # token
             Instr("COPY", 4, location=loc),  # exception
-            Instr("PRECALL", 2, location=loc),
-            Instr("CALL", 2, location=loc),
+            *self.layout.call(2, loc),
             Instr("POP_TOP", location=loc),
             Instr("RERAISE", 1, location=loc),
         )
@@ -246,31 +239,49 @@ class _Injector:
 _CATCH_ALL = Label()  # placeholder replaced per code object in _with_catch_all
 
 
-def _entry_index(items: list) -> int:
+def _entry_index(layout: Layout, items: list) -> int:
     """Where the frame starts running: its first RESUME (after a generator's creation)."""
     for n, item in enumerate(items):
-        if isinstance(item, Instr) and item.name == "RESUME" and item.arg == 0:
-            if any(isinstance(before, (TryBegin, TryEnd)) for before in items[:n]):
-                raise NotInstrumentable("an exception-table entry before the first RESUME")
+        if (
+            isinstance(item, Instr)
+            and item.name == "RESUME"
+            and layout.resume_kind(item) == RESUME_AT_START
+        ):
             return n
-    raise NotInstrumentable("no RESUME 0 found")
+    raise NotInstrumentable("no RESUME at the start found")
 
 
-def _clone(items: list) -> list:
-    """The instructions again, with their own labels and exception-table entries."""
+def _open_entries(prologue: list) -> list[TryBegin]:
+    """Exception-table entries the body starts inside (from 3.12 the implicit handler of a
+    generator or coroutine covers its first RESUME)."""
+    open_: dict[int, TryBegin] = {}
+    for item in prologue:
+        if isinstance(item, TryBegin):
+            open_[id(item)] = item
+        elif isinstance(item, TryEnd):
+            open_.pop(id(item.entry), None)
+    return list(open_.values())
+
+
+def _clone(items: list, open_entries: list[TryBegin]) -> list:
+    """The instructions again, with their own labels and exception-table entries; entries
+    open where `items` start are opened again at the copy's start."""
     labels: dict[int, Label] = {}
     entries: dict[int, TryBegin] = {}
 
     def label(old: Label) -> Label:
         return labels.setdefault(id(old), Label())
 
-    copy: list[Any] = []
+    def begin(old: TryBegin) -> TryBegin:
+        entries[id(old)] = TryBegin(label(old.target), old.push_lasti, old.stack_depth)
+        return entries[id(old)]
+
+    copy: list[Any] = [begin(entry) for entry in open_entries]
     for item in items:
         if isinstance(item, Label):
             copy.append(label(item))
         elif isinstance(item, TryBegin):
-            entries[id(item)] = TryBegin(label(item.target), item.push_lasti, item.stack_depth)
-            copy.append(entries[id(item)])
+            copy.append(begin(item))
         elif isinstance(item, TryEnd):
             copy.append(TryEnd(entries[id(item.entry)]))
         elif isinstance(item, Instr):
@@ -280,7 +291,25 @@ def _clone(items: list) -> list:
             copy.append(twin)
         else:
             raise NotInstrumentable(f"unexpected {type(item).__name__} in the instruction list")
-    return copy
+    return _without_empty_entries(copy)
+
+
+def _without_empty_entries(items: list) -> list:
+    """`items` less the entries around no instruction (an entry opened again at the copy's
+    start that the original closes right after its first RESUME): a table entry may not be
+    empty."""
+    kept: list[Any] = []
+    empty: dict[int, int] = {}  # id(TryBegin) -> its place in `kept`, while no Instr follows
+    for item in items:
+        if isinstance(item, Instr):
+            empty.clear()
+        elif isinstance(item, TryBegin):
+            empty[id(item)] = len(kept)
+        elif isinstance(item, TryEnd) and id(item.entry) in empty:
+            kept[empty.pop(id(item.entry))] = None
+            continue
+        kept.append(item)
+    return [item for item in kept if item is not None]
 
 
 def _handler_depths(items: list) -> dict[int, int]:
@@ -312,9 +341,9 @@ def _next_location(items: list, n: int) -> Any:
 def _with_catch_all(out: list[tuple[Any, bool]]) -> list[Any]:
     """Wraps every covered run of instructions that no user entry covers in our own entry.
 
-    3.11 exception-table entries cannot nest, so instead of one try/finally around the body
-    the gaps between user entries get the catch-all, and user entries keep one more value
-    (the token) on the stack.
+    Exception-table entries cannot nest (3.11 to 3.13), so instead of one try/finally
+    around the body the gaps between user entries get the catch-all, and user entries keep
+    one more value (the token) on the stack.
     """
     handler = Label()
     result: list[Any] = []

@@ -14,14 +14,13 @@ from contextlib import contextmanager, suppress
 from contextvars import Token
 from pathlib import Path
 
-from profiler_host import hooks, integrations, notices, propagation, recording
+from profiler_host import hooks, integrations, layouts, notices, observers, propagation, recording
 from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
 from profiler_host.instrumenter import Instrumenter
 from profiler_host.recording import CURRENT, Request
-from profiler_host.rewriter import SUPPORTED
 from profiler_host.sampler import new_sampler
 from profiler_host.settings import HostSettings
 from profiler_host.transport import Transport, TransportSettings
@@ -61,12 +60,12 @@ class Profiler:
         if self.started:
             return
         self.started = True
-        if sys.version_info[:2] != SUPPORTED:
+        if layouts.LAYOUT is None:
             log.warning(
                 "request-profiler: Python %d.%d is not supported by the bytecode rewriter yet "
-                "(built for %d.%d); nothing is instrumented and the app runs unchanged",
+                "(built for %s); nothing is instrumented and the app runs unchanged",
                 *sys.version_info[:2],
-                *SUPPORTED,
+                ", ".join(f"{major}.{minor}" for major, minor in layouts.SUPPORTED),
             )
         else:
             self.finder.install()
@@ -128,7 +127,7 @@ class Profiler:
     def begin(self, route: str, method: str, forced: bool = False) -> Request | None:
         """A new sampled request, or None when this one is not recorded."""
         self._offered = True
-        if not forced and (sys.gettrace() is not None or not self.sampler.decide(route)):
+        if not forced and (observers.watched() or not self.sampler.decide(route)):
             return None
         if self.transport.over_budget():
             self.transport.drop("buffer_full")

@@ -3,7 +3,7 @@
 The rewriter uses it twice: on the original code, to know how deep the per-call token
 sits under each yield; on the rewritten code, to refuse any result whose depths disagree at
 a merge point or whose exception handlers would pop below the token. `bytecode`'s own
-depth computation is not trusted for this on 3.11 (see docs/host.md).
+depth computation is not trusted for this (see docs/host.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ _TERMINAL = frozenset(
 )
 _JUMPS = frozenset(opcode.hasjrel) | frozenset(opcode.hasjabs)
 _SKIPPED = frozenset({opcode.opmap["EXTENDED_ARG"], opcode.opmap.get("CACHE", -1)})
-# dis.stack_effect says 0, but the frame resumes with the sent value pushed (3.11)
+# the frame resumes after it with the first value sent pushed (dis.stack_effect says 0 on
+# 3.11 and 3.12, 1 from 3.13)
 _RETURN_GENERATOR = opcode.opmap.get("RETURN_GENERATOR", -1)
 
 
@@ -80,8 +81,10 @@ def depths(code: CodeType) -> dict[int, int]:
             reach(ins.argval, depth + dis.stack_effect(op, arg, jump=True))
         if op in _UNCONDITIONAL or op in _TERMINAL:
             continue
-        effect = dis.stack_effect(op, arg if op >= dis.HAVE_ARGUMENT else None, jump=False)
-        effect += op == _RETURN_GENERATOR
+        if op == _RETURN_GENERATOR:
+            effect = 1
+        else:
+            effect = dis.stack_effect(op, arg if op >= dis.HAVE_ARGUMENT else None, jump=False)
         if position + 1 < len(instructions):
             reach(instructions[position + 1].offset, depth + effect)
     return found

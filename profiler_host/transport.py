@@ -17,6 +17,7 @@ import platform
 import queue
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -36,6 +37,10 @@ log = logging.getLogger("profiler_host")
 METHOD = "/request_profiler.v1.Ingest/Stream"
 PROFILER_VERSION = "0.1.0"
 MAX_BACKOFF = 30.0
+# CPython 3.12 starts no thread once the interpreter finalizes, not even in exit handlers
+# (3.11 and 3.13 do): there the first sampled request waits this long at most for the
+# stream's threads (see Transport.start)
+STREAM_THREADS_WAIT = 0.25 if sys.version_info[:2] == (3, 12) else 0.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class Transport:
         self._collecting = threading.Lock()  # held while requests are between queue and backlog
         self._thread: threading.Thread | None = None
         self._idle = False  # the transport thread waits for a kick, with no timeout
+        self._streaming = threading.Event()  # the first stream's threads run, or it failed
         self._pid = os.getpid()
         self._new_session()
 
@@ -83,9 +89,14 @@ class Transport:
     # --- app side: cheap, never blocks on the network -------------------------------
 
     def start(self) -> None:
-        """Starts streaming (in this process): running requests are sent as they record."""
+        """Starts streaming (in this process): running requests are sent as they record.
+
+        On 3.12 the first call waits (boundedly, once) until the stream's threads run: a
+        script whose only request ends just before it exits could not start them later."""
         self._ensure_thread()
         self._kick()
+        if STREAM_THREADS_WAIT:
+            self._streaming.wait(STREAM_THREADS_WAIT)
 
     def submit(self, request: Request) -> None:
         """A request has ended; it is encoded and sent from the transport thread."""
@@ -138,6 +149,7 @@ class Transport:
         self._finished.clear()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._streaming = threading.Event()
         self._lock = threading.Lock()
         self._collecting = threading.Lock()
         self._new_session()
@@ -179,6 +191,7 @@ class Transport:
             except Exception as exc:  # the server is away: keep recording, retry later
                 log.debug("request-profiler: stream to %s ended: %s", self.settings.server, exc)
             finally:
+                self._streaming.set()  # whatever became of it, start() waits no more
                 self.connected = False
                 self._outbox = None
                 channel.close()
@@ -205,6 +218,7 @@ class Transport:
             target=self._read_acks, args=(responses,), name="request-profiler-acks", daemon=True
         )
         acks.start()
+        self._streaming.set()
         self.connected = True
         while not self._stopping.is_set() and acks.is_alive():
             self._wake.wait(self._next_wait())

@@ -110,9 +110,8 @@ def test_exception_table_entries_must_cover_code_and_land_on_instructions() -> N
     code = guarded.__code__
     codetables.check(code)
     units = len(code.co_code) // 2
-    cache = next(
-        i.offset for i in dis.get_instructions(code, show_caches=True) if i.opname == "CACHE"
-    )
+    starts = {i.offset for i in dis.get_instructions(code)}
+    cache = next(offset for offset in range(0, units * 2, 2) if offset not in starts)
     with pytest.raises(codetables.CodeTablesError, match="out of place"):
         codetables.check(code.replace(co_exceptiontable=_entry(0, units + 5, 0)))
     with pytest.raises(codetables.CodeTablesError, match="no instruction"):
@@ -152,11 +151,19 @@ def _traced_under_debug_malloc(way: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_traced_rewritten_code_leaves_the_heap_intact() -> None:
-    """A tracer on rewritten code under PYTHONMALLOC=debug: no damaged block, no abort. The
-    control, `bytecode`'s own round trip, shows the same harness catches the corruption."""
+@pytest.mark.skipif(
+    sys.version_info >= (3, 12),
+    reason="from 3.12 (sys.monitoring) a traced call reads no line table past the code",
+)
+def test_the_harness_catches_an_overlong_line_table() -> None:
+    """The control of the test below: `bytecode`'s own round trip, traced, corrupts the heap
+    on 3.11, and the harness sees it."""
     control = _traced_under_debug_malloc("bytecode")
     assert control.returncode != 0 and "Debug memory block" in control.stderr, control
+
+
+def test_traced_rewritten_code_leaves_the_heap_intact() -> None:
+    """A tracer on rewritten code under PYTHONMALLOC=debug: no damaged block, no abort."""
     done = _traced_under_debug_malloc("rewriter")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "xx1" and "Debug memory block" not in done.stderr

@@ -1192,3 +1192,320 @@ def sample_callables(module: types.ModuleType) -> dict[str, Callable]:
     found["adder"] = module.make_adders(1)[2]
     found["reader"] = module.shadowing(1)
     return found
+
+
+# -- what differs between CPython versions (profiler_host/layouts, docs/host.md) --------
+
+
+def constant_returns(flag: int):
+    """`return <constant>` is RETURN_CONST from 3.12, with nothing on the stack below it."""
+    for i in range(3):
+        if i == flag:
+            return "in loop"
+    with contextlib.nullcontext():
+        if flag == 3:
+            return None
+    try:
+        if flag == 4:
+            return 4.5
+    finally:
+        pass
+    return ("end", flag)
+
+
+def generator_returning_constant():
+    yield 1
+    return "generator result"  # RETURN_CONST inside the implicit StopIteration handler
+
+
+async def coroutine_returning_constant() -> str:
+    await asyncio.sleep(0)
+    return "coroutine result"
+
+
+def case_return_const():
+    gen = generator_returning_constant()
+    seen = [next(gen)]
+    try:
+        next(gen)
+    except StopIteration as stop:
+        seen.append(stop.value)
+    return (
+        [constant_returns(flag) for flag in range(6)],
+        seen,
+        asyncio.run(coroutine_returning_constant()),
+    )
+
+
+def no_handlers(log: list):
+    """No try: from 3.12 its yields are inside only the implicit StopIteration handler, and
+    3.13's close() clears such a frame without throwing GeneratorExit in (RESUME's DEPTH1
+    bit; 3.12's YIELD_VALUE oparg meant the same)."""
+    log.append("started")
+    yield 1
+    log.append("resumed")
+    yield 2
+    log.append("never")
+
+
+def one_handler(log: list):
+    try:
+        yield 1
+    finally:
+        log.append("finally ran")
+
+
+def case_close_without_handlers():
+    log: list = []
+    gen = no_handlers(log)
+    seen = [next(gen), gen.close(), inspect.getgeneratorstate(gen)]
+    gen = no_handlers(log)
+    seen += [next(gen), next(gen)]
+    del gen  # finalised by its refcount, suspended at its second yield
+    gen = one_handler(log)
+    seen += [next(gen), gen.close()]
+    gen = no_handlers(log)
+    next(gen)
+    try:
+        gen.throw(KeyError("thrown"))
+    except KeyError as e:
+        seen.append(("escaped", e.args, inspect.getgeneratorstate(gen)))
+    return seen, log
+
+
+class NotAGenerator:
+    """An iterator without throw(): `yield from` it, thrown into, raises at the yield."""
+
+    def __init__(self) -> None:
+        self.items = [1, 2]
+
+    def __iter__(self) -> NotAGenerator:
+        return self
+
+    def __next__(self) -> int:
+        if not self.items:
+            raise StopIteration("exhausted")
+        return self.items.pop(0)
+
+
+def returns_on_throw():
+    try:
+        yield "inner"
+    except ValueError as e:
+        return f"returned on {e}"
+
+
+def delegates_to(make: Callable[[], Any], log: list):
+    result = yield from make()
+    log.append(("result", result))
+    yield "after"
+
+
+def case_throw_into_delegation():
+    """3.12 moved the end of a throw into `yield from`/`await` into bytecode: the handler
+    around the delegating yield (CLEANUP_THROW) takes the delegate's StopIteration value
+    and jumps to END_SEND, or re-raises."""
+    log: list = []
+    seen = []
+    gen = delegates_to(returns_on_throw, log)
+    seen += [next(gen), gen.gi_yieldfrom.__name__, gen.throw(ValueError("v")), gen.gi_yieldfrom]
+    gen = delegates_to(NotAGenerator, log)
+    seen.append(next(gen))
+    try:
+        gen.throw(KeyError("k"))
+    except KeyError as e:
+        seen.append(("raised", e.args, inspect.getgeneratorstate(gen)))
+    gen = delegates_to(returns_on_throw, log)
+    next(gen)
+    try:
+        gen.throw(TypeError("t"))
+    except TypeError as e:
+        seen.append(("passed through", e.args))
+    return seen, log
+
+
+async def async_gen_wrapped(log: list):
+    """Each yield of an async generator wraps its value (3.12: CALL_INTRINSIC_1
+    ASYNC_GEN_WRAP right before YIELD_VALUE)."""
+    for n in range(3):
+        log.append(n)
+        yield +n  # UNARY_POSITIVE is an intrinsic too from 3.12
+
+
+def stops_iteration():
+    yield 1
+    next(iter(()))  # StopIteration inside a generator: the implicit handler's intrinsic
+
+
+async def intrinsics(log: list) -> list:
+    out = [value async for value in async_gen_wrapped(log)]
+    args = [1, 2]
+    out.append(tuple([*args, *args]))  # LIST_TO_TUPLE
+    try:
+        list(stops_iteration())
+    except RuntimeError as e:
+        out.append((str(e), type(e.__cause__).__name__))
+    return out
+
+
+def case_call_intrinsic():
+    log: list = []
+    return asyncio.run(intrinsics(log)), log
+
+
+def comprehension_locals(values: list):
+    """PEP 709 (3.12): list, set and dict comprehensions run in their function's frame;
+    their variables are the function's locals, saved and restored around them."""
+    x = "outer x"
+    inside = [sorted(locals()) for x in values[:1]]
+    frames = [sorted(sys._getframe().f_locals) for y in values[:1]]
+    squares = {v: v * v for v in values}
+    nested = [[a * b for b in values] for a in values]
+    kept = x
+    try:
+        [1 // v for x in [x] for v in values]  # raises inside the comprehension
+    except ZeroDivisionError as e:
+        failed = (type(e).__name__, x)
+    return inside, frames, squares, nested, kept, failed, sorted(locals())
+
+
+def comprehension_cells(x: int):
+    """A comprehension variable closed over is a cell inside the comprehension only (apart
+    from comprehension_locals: `locals()` in a comprehension over a cell of its function
+    crashes 3.13.0 itself, cpython#128396)."""
+    closures = [lambda: x for x in range(x)]  # noqa: B023 - the comprehension's cell
+    return [f() for f in closures], x
+
+
+def comprehension_in_generator(values: list):
+    seen = [v for v in values if v]
+    yield seen
+    yield {v: [w for w in values if w > v] for v in values}
+
+
+async def comprehension_awaiting(log: list) -> list:
+    async def slow(v: int) -> int:
+        await asyncio.sleep(0)
+        return v
+
+    try:
+        return [await slow(v) for v in range(3)] + [await asyncio.wait_for(asyncio.sleep(1), 0)]
+    except TimeoutError:
+        log.append("timed out inside a comprehension")
+        return [v async for v in async_gen_wrapped(log)]
+
+
+def case_inlined_comprehensions():
+    log: list = []
+    return (
+        comprehension_locals([0, 1, 2]),
+        comprehension_cells(3),
+        list(comprehension_in_generator([0, 1, 2])),
+        asyncio.run(comprehension_awaiting(log)),
+        log,
+    )
+
+
+def many_locals(a, b):
+    """3.13 packs two locals into one instruction (LOAD_FAST_LOAD_FAST and friends) when
+    both indices are below 16."""
+    a, b = b, a
+    c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r = range(16)  # noqa: E741
+    s, t = r + a, q + b
+    total = a + b + c + d + e + f + g + h + i + j + k + l + m + n + o + p + q + r + s + t
+    del c
+    try:
+        return total + c  # noqa: F821 - unbound on purpose
+    except UnboundLocalError as error:
+        return total, s, t, str(error)
+
+
+def case_super_instructions():
+    return many_locals(1, 2), many_locals(3, 4)
+
+
+def keywords(a, b=0, *args, c=1, **kwargs):
+    return a, b, args, c, sorted(kwargs.items())
+
+
+def case_keyword_calls():
+    """3.12 sets keyword names with KW_NAMES before CALL, 3.13 calls with CALL_KW."""
+    point = Point(x=1, y=2)
+    out = [keywords(1, c=3), keywords(a=1, b=2, z=4), keywords(1, 2, 3, **{"c": 5, "d": 6})]
+    out.append(sorted(dict(a=1, **{"b": 2}).items()))
+    out.append(dataclasses.replace(point, y=5).norm1())
+    try:
+        keywords(1, c=2, a=3)
+    except TypeError as e:
+        out.append(str(e))
+    return out
+
+
+def frame_locals_writes():
+    """PEP 667 (3.13): `frame.f_locals` is a write-through proxy of the frame's variables;
+    the rewriter keeps nothing of its own there."""
+    value = 1
+    frame = sys._getframe()
+    frame.f_locals["value"] = 2
+    frame.f_locals["extra"] = "added"
+    return value, sorted(frame.f_locals), "extra" in frame.f_locals
+
+
+def suspended_locals():
+    hidden = "before"
+    yield hidden
+    yield hidden
+
+
+def case_frame_locals():
+    gen = suspended_locals()
+    next(gen)
+    gen.gi_frame.f_locals["hidden"] = "written"
+    return frame_locals_writes(), sorted(gen.gi_frame.f_locals), next(gen)
+
+
+class Truthy:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __bool__(self) -> bool:
+        return self.value  # a non-bool here raises TypeError where the test is
+
+
+def case_conditional_jumps():
+    """3.13's conditional jumps take exact bools (TO_BOOL before them); the gate does too."""
+    out = []
+    for value in ([], [0], "", "s", 0, 2, None, Truthy(True), Truthy(False)):
+        out.append("yes" if value else "no")
+        out.append(bool(value and "and") or "or")
+    try:
+        if Truthy("not a bool"):
+            out.append("unreachable")
+    except TypeError as e:
+        out.append(str(e))
+    return out
+
+
+def case_monitoring_tool():
+    """A sys.monitoring tool (3.12+) sees the same events in instrumented code: the line
+    starts, starts and returns of this function's callee, nothing of the gate."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return "no sys.monitoring"
+    tool, events = 4, monitoring.events
+    seen: list = []
+    target = descend_safely.__code__
+    monitoring.use_tool_id(tool, "torture")
+    try:
+        monitoring.register_callback(
+            tool, events.LINE, lambda code, line: seen.append(("line", line - code.co_firstlineno))
+        )
+        monitoring.register_callback(
+            tool, events.PY_START, lambda code, offset: seen.append(("start", code.co_name))
+        )
+        monitoring.set_local_events(tool, target, events.LINE | events.PY_START)
+        result = descend_safely(2)
+        monitoring.set_local_events(tool, target, 0)
+    finally:
+        monitoring.free_tool_id(tool)
+    return result, seen
