@@ -84,6 +84,11 @@ class Profiler:
             self.end(self._whole)
             notices.calls_not_recorded(self._whole)
             self._whole = None
+        for request in list(hooks.ACTIVE):
+            # still running as the process stops (a request cancelled by the server's
+            # shutdown): what it recorded goes out now, marked truncated
+            request.truncated = True
+            self.end(request)
         self._tell_what_was_missed()
         self.finder.uninstall()
         self.instrumenter.uninstrument()

@@ -24,14 +24,20 @@ class HttpProcess:
     """A child process serving HTTP on loopback, polled until `ready_path` answers 200."""
 
     def __init__(
-        self, args: list[str], log: Path, port: int, ready_path: str, env: dict | None = None
+        self,
+        args: list[str],
+        log: Path,
+        port: int,
+        ready_path: str,
+        env: dict | None = None,
+        ready_timeout: float = 30,
     ) -> None:
         self.port = port
         self.log = log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=out, env=env or os.environ.copy())
         try:
-            self._wait_ready(ready_path)
+            self._wait_ready(ready_path, ready_timeout)
         except RuntimeError:
             self.stop()  # never leave a server behind
             raise

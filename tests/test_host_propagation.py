@@ -593,3 +593,18 @@ def test_loop_callbacks_do_not_nest_under_suspended_coroutines() -> None:
     assert "main" in recorded and "waiter" in recorded and "plain_step" not in recorded
     for lane in req.lanes:
         assert_nested(lane.id, lane.events, functions)
+
+
+def test_requests_still_in_flight_when_the_profiler_stops_are_ended_truncated() -> None:
+    """A request the server's shutdown cut (its task cancelled, never finished) goes out
+    with what it recorded, marked truncated, instead of waiting on the server for an end
+    that never comes."""
+    settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
+    profiler = runtime.Profiler(settings)
+    profiler.started = True
+    submitted: list[recording.Request] = []
+    profiler.transport.submit = submitted.append  # type: ignore[method-assign]
+    request = profiler.begin("/cut", "GET", forced=True)
+    profiler.stop()
+    assert submitted == [request] and request.truncated and request.end_ns is not None
+    assert not hooks.ACTIVE
