@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -104,6 +105,16 @@ class ServerProcess(HttpProcess):
     @property
     def http(self) -> str:
         return self.url
+
+
+@contextmanager
+def sqlite_server(where: Path) -> Iterator[ServerProcess]:
+    """A profiler-server on a fresh SQLite file in `where`, drained and stopped after."""
+    proc = ServerProcess(f"sqlite:///{where / 'profiles.db'}", where / "server.log")
+    try:
+        yield proc
+    finally:
+        proc.stop(grace=10)
 
 
 GUNICORN = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", "127.0.0.1:{port}"]

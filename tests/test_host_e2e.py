@@ -15,16 +15,13 @@ import httpx
 import pytest
 
 from tests.helpers import eventually, stored_requests
-from tests.processes import GUNICORN, ServerProcess, free_port, host, serve_profiled
+from tests.processes import GUNICORN, ServerProcess, free_port, host, serve_profiled, sqlite_server
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(f"sqlite:///{tmp_path / 'profiles.db'}", tmp_path / "server.log")
-    try:
+    with sqlite_server(tmp_path) as proc:
         yield proc
-    finally:
-        proc.stop(grace=10)
 
 
 def functions_of(node: dict) -> list[str]:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.helpers import eventually, metric_value, nodes, stored_requests
-from tests.processes import HttpProcess, ServerProcess, free_port, host
+from tests.processes import HttpProcess, ServerProcess, free_port, host, sqlite_server
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +36,8 @@ REPAIRS = (
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(f"sqlite:///{tmp_path / 'profiles.db'}", tmp_path / "server.log")
-    try:
+    with sqlite_server(tmp_path) as proc:
         yield proc
-    finally:
-        proc.stop(grace=10)
 
 
 def serve(server: ServerProcess, tmp_path: Path, service: str, app: str, include: str):

@@ -22,50 +22,17 @@ from types import ModuleType
 import httpx
 import pytest
 
-from profiler_host import hooks, rewriter
+from profiler_host import rewriter
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
 from profiler_host.instrumenter import Instrumenter
 from tests.helpers import eventually, stored_requests
-from tests.processes import ServerProcess, free_port, host
+from tests.processes import ServerProcess, free_port, host, sqlite_server
+from tests.test_host_instrumentation import MODULE, instrumented
 
-CORE = """
-import functools
-
-def plain(x):
-    return x + 1
-
-def decorate(func):
-    @functools.wraps(func)
-    def wrapper(*args):
-        return func(*args) * 2
-    return wrapper
-
-@decorate
-def decorated(x):
-    return x
-
-def make_adder(n):
-    def add(x):
-        return x + n
-    return add
-
-add_two = make_adder(2)
-REGISTRY = [lambda: 1]
-
-class Shape:
-    def area(self):
-        return 1
-
-    @property
-    def name(self):
-        return "shape"
-"""
-
-
-def instrumented(func) -> bool:
-    return hooks.ACTIVE in func.__code__.co_consts
+# the instrumentation tests' module, and a lambda only a list refers to
+CORE = MODULE + "\nREGISTRY = [lambda: 1]\n"
 
 
 @pytest.fixture
@@ -431,11 +398,8 @@ def run_suite(site: Path, source: Path, junit: Path, prefix: list[str]):
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(f"sqlite:///{tmp_path / 'profiles.db'}", tmp_path / "server.log")
-    try:
+    with sqlite_server(tmp_path) as proc:
         yield proc
-    finally:
-        proc.stop(grace=10)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 from profiler_host import cli, hooks, recording, rewriter
 from profiler_host.settings import HostSettings
 from tests.helpers import eventually, stored_requests
-from tests.processes import ServerProcess, free_port, host
+from tests.processes import ServerProcess, free_port, host, sqlite_server
 
 
 def run_options(*argv: str) -> tuple[dict[str, str], list[str]]:
@@ -161,11 +161,8 @@ def test_calls_past_the_event_cap_unrecorded_in_both_hook_implementations():
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(f"sqlite:///{tmp_path / 'profiles.db'}", tmp_path / "server.log")
-    try:
+    with sqlite_server(tmp_path) as proc:
         yield proc
-    finally:
-        proc.stop(grace=10)
 
 
 def test_a_whole_process_run_over_the_event_cap_says_how_many_calls_it_missed(
