@@ -613,6 +613,22 @@ def break_in_finally():
     return total
 
 
+def case_pickled_by_value():
+    """cloudpickle and dill (joblib/loky, Dask, Ray) take closures and lambdas by value,
+    their code's constants with them: the gate, the hooks and the function id the rewriter
+    adds must pickle too, in a sampled request as outside one."""
+    import cloudpickle
+    import dill
+
+    base = 3
+
+    def scaled(n):
+        return [base * i for i in range(n)]
+
+    square = lambda x: x * x  # noqa: E731
+    return [p.loads(p.dumps(f))(4) for p in (cloudpickle, dill) for f in (scaled, square)]
+
+
 def case_wide_columns():
     """Instructions past columns 127 and 255 (a long f-string, a lookup that fails there):
     their locations take the line table's long form. `bytecode` wrote them as raw bytes
