@@ -34,7 +34,7 @@ class Feed:
 
 def serialize(builder: BatchBuilder, seq: int) -> tuple[bytes, int]:
     events = builder.event_count
-    return builder.message(seq).SerializeToString(), events
+    return builder.payload(seq), events
 
 
 def build_feed(shape: CallShape, requests_per_batch: int, batches: int) -> Feed:
