@@ -390,8 +390,10 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Suite], Chec
     return prepare
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server of its own per run: what it counts (repairs, streams that died) is that
+    run's alone, not a child process of the suite before it ending late."""
     where = tmp_path_factory.mktemp("thirdparty-server")
     proc = ServerProcess(
         f"sqlite:///{where / 'profiles.db'}",
