@@ -257,7 +257,7 @@ class AppProcess:
             try:  # an answer, not just a connection: gunicorn binds before its worker forks
                 with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
                     sock.sendall(
-                        b"GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+                        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
                     )
                     if sock.recv(64).startswith(b"HTTP/1.1 200"):
                         break
@@ -442,7 +442,9 @@ def _label(tid: int, comm: str, worker: int, names: dict[int, str]) -> str:
         # gRPC's own Python threads (the request iterator's consumer, the channel's
         # spinner) run `_run_with_context`'s `_run`
         return f"gRPC Python threads ({name})" if name == "Thread-N (_run)" else name
-    return f"{comm} (not named)" if comm.startswith(("python", "gunicorn")) else comm
+    if comm.startswith(("python", "gunicorn")):  # a Python thread gone before the names
+        return "Python threads that ended before the end of the run"
+    return comm
 
 
 def thread_breakdown(windows: list[dict], worker: int, names: dict[int, str]) -> dict:
