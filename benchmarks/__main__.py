@@ -76,16 +76,24 @@ def _parser() -> argparse.ArgumentParser:
         "--calls", type=int, default=200_000, help="instrumented calls per mode and round"
     )
     p = sub.add_parser(
-        "host-app", help="CPU per request and throughput: host vs none vs other profilers"
+        "host-app",
+        help="CPU per request, throughput and p99 latency: host vs none (vs other profilers)",
     )
     p.add_argument("--app", choices=(*host_app.APPS, "script", "all"), default="flask")
-    p.add_argument("--rounds", type=int, default=13, help="interleaved rounds of every setup")
-    p.add_argument("--seconds", type=int, default=2, help="measured load per window")
-    p.add_argument("--warmup", type=int, default=2, help="load before each window")
+    p.add_argument("--rounds", type=int, default=20, help="interleaved CPU rounds")
+    p.add_argument("--seconds", type=int, default=2, help="measured load per CPU window")
+    p.add_argument("--warmup", type=int, default=1, help="load before each CPU window")
+    p.add_argument(
+        "--latency-rounds", type=int, default=10, help="interleaved open-loop rounds (0: none)"
+    )
+    p.add_argument(
+        "--latency-seconds", type=float, default=4.0, help="measured open-loop load per window"
+    )
     p.add_argument("--carts", type=int, default=15_000, help="carts the script prices per run")
     setups_option(
         p,
-        f"apps {_keys(host_app.SETUPS)}; script {_keys(host_script.SETUPS)}",
+        f"apps {_keys(host_app.SETUPS)} (default {host_app.DEFAULT_SETUPS}); "
+        f"script {_keys(host_script.SETUPS)}",
     )
     p = sub.add_parser(
         "host-instructions",
@@ -146,7 +154,15 @@ def _run(args: argparse.Namespace) -> None:
             if app == "script":
                 host_script.run(args.rounds, args.carts, args.setups)
             else:
-                host_app.run(app, args.rounds, args.seconds, args.warmup, args.setups)
+                host_app.run(
+                    app,
+                    args.rounds,
+                    args.seconds,
+                    args.warmup,
+                    args.setups,
+                    args.latency_rounds,
+                    args.latency_seconds,
+                )
     elif args.benchmark == "host-instructions":
         for app in host_app.APPS if args.app == "all" else [args.app]:
             host_instructions.run(app, args.warmup, args.requests, args.setups)

@@ -1,23 +1,38 @@
-"""What profiling costs a real web app: CPU of its one worker process per request, and its
-throughput, under the host and under other profilers, as ratios to the unprofiled app.
+"""What profiling costs a real web app: CPU of its one worker process per request, its
+throughput, and its p99 latency at a moderate rate, under the host and under other
+profilers, as ratios to the unprofiled app measured in the same rounds.
 
-Every setup is its own app server (gunicorn with one sync worker, or uvicorn), pinned to
-core 0, on its own copy of the shop database (in /dev/shm: no disk waits); all are started
-first, then only one at a time is under load: wrk (one thread, two connections, the route
-mix of `shop_mix.lua`) pinned to core 1 with the profiling server and py-spy. Each window is
-a warm-up run (the host's sampler adapts to the arrival rate) and then the measured run; the
-worker's CPU (utime + stime of all its threads, so the host's transport thread and the
-peers' threads count) is read from /proc before and after, the latter once the host has
-shipped what the window recorded. See `overhead` for rounds and ratios.
+Apps (`APPS`): the two sample shops (Flask under gunicorn, Starlette under uvicorn), a fast
+async endpoint (Starlette, ~0.1-0.2 ms a request) and a fast sync one (Flask), and apps on
+frameworks installed from PyPI whose own packages are instrumented too: FastAPI
+(`fastapi.*,starlette.*` and the app) and Django over ASGI (`django.*` and the app). Async
+apps run under uvicorn with its default choices (uvloop's loop, httptools' parser: both
+installed) and are loaded over several connections; sync apps under gunicorn with one sync
+worker. Every setup is its own app server, pinned to core 0 (the shops each on their own
+copy of the shop database in /dev/shm); all are started first, then only one at a time is
+under load, from core 1 (where the profiling server and py-spy run too).
+
+CPU rounds: wrk (closed loop, full speed, the app's route mix) gives each setup a warm-up
+(the host's sampler adapts to the arrival rate) and a measured window; the worker's CPU
+comes from its CPU-time clock (every thread, ended ones included, in nanoseconds) before
+and after, the latter once the host has shipped what the window recorded, and each
+thread's from /proc/PID/task/TID/schedstat, so the host's transport and gRPC threads show
+apart from the app's (Python threads are named at the end of the run by
+`benchmarks.served`). Latency rounds: `benchmarks.open_loop` sends Poisson arrivals at
+half the unprofiled app's full-speed rate (the median of the CPU rounds) and measures
+each request from when it was issued to when its answer arrived (kernel timestamps), with
+the same arrival schedule for every setup of a round. See `overhead` for rounds and ratios.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,11 +44,66 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks import overhead, peers
+from benchmarks import open_loop, overhead, peers, served
 from benchmarks.overhead import NONE, Setup
-from benchmarks.server import CLIENT_CORE, ROOT, SERVER_CORE, ServerProcess, stat_cpu
+from benchmarks.server import CLIENT_CORE, ROOT, SERVER_CORE, ServerProcess
 
-APPS = ("flask", "starlette")
+CHECKOUT = {"customer_id": 1, "items": [{"product_id": 1, "quantity": 1}]}
+SHOP_MIX = (  # as shop_mix.lua sends them
+    ("GET", "/products/1", None),
+    ("GET", "/orders/1", None),
+    ("GET", "/products?page=1", None),
+    ("POST", "/checkout", CHECKOUT),
+)
+FRAMEWORKS = "profiling_target.frameworks"
+
+
+@dataclass(frozen=True)
+class App:
+    """An app as the benchmarks serve it: `server` gunicorn (one sync worker) or uvicorn,
+    `include` what the host instruments, `mix` the requests sent in turn (method, path,
+    body), `connections` wrk's (and the open-loop client's pool to start with)."""
+
+    key: str
+    server: str
+    target: str  # module:attribute
+    include: str
+    mix: tuple[tuple[str, str, dict | None], ...]
+    connections: int
+    shop: bool = False  # reads and writes the shop's database
+
+    @property
+    def wrk_script(self) -> tuple[list[str], dict[str, str]]:
+        """wrk's `-s` script and its environment for the mix."""
+        if self.mix == SHOP_MIX:
+            return [str(SHOP_LUA)], {}
+        if any(method != "GET" for method, _, _ in self.mix):
+            raise ValueError(f"{self.key}: paths.lua sends GET requests only")
+        return [str(PATHS_LUA)], {"WRK_PATHS": ",".join(path for _, path, _ in self.mix)}
+
+
+def _fast(module: str, server: str, connections: int, mix: tuple) -> App:
+    target = f"{FRAMEWORKS}.{module}"
+    return App(module.replace("_", "-"), server, f"{target}:app", target, mix, connections)
+
+
+APPS = {
+    one.key: one
+    for one in (
+        App("flask", "gunicorn", "profiling_target.wsgi:app", "profiling_target.*",
+            SHOP_MIX, 2, shop=True),
+        App("starlette", "uvicorn", "profiling_target.asgi:app", "profiling_target.*",
+            SHOP_MIX, 8, shop=True),
+        _fast("fast_async", "uvicorn", 8, (("GET", "/items/1", None),)),
+        _fast("fast_sync", "gunicorn", 2, (("GET", "/items/1", None),)),
+        App("fastapi", "uvicorn", f"{FRAMEWORKS}.fastapi_app:app",
+            f"fastapi.*,starlette.*,{FRAMEWORKS}.fastapi_app",
+            (("GET", "/items/1", None), ("GET", "/sync/1", None)), 8),
+        App("django", "uvicorn", f"{FRAMEWORKS}.django_app:app",
+            f"django.*,{FRAMEWORKS}.django_app",
+            (("GET", "/items/1/", None), ("GET", "/fast/1/", None)), 8),
+    )
+}  # fmt: skip
 OFF, DEFAULT, EVERY = "host, sampling off", "host, default (10/s)", "host, 100%"
 SAMPLE_ALL = "1000000"  # sampled requests per second: far above any arrival rate, so all
 SETUPS = [
@@ -48,11 +118,15 @@ SETUPS = [
     Setup("pyinstrument", "pyinstrument", peer="pyinstrument"),
     Setup("pyspy", "py-spy --nonblocking (+ its own CPU)", peer="py-spy"),
 ]
-MIX = Path(__file__).resolve().parent / "shop_mix.lua"
+DEFAULT_SETUPS = "aa,off,default,all"  # with none; the peers on request (--setups)
+SHOP_LUA = Path(__file__).resolve().parent / "shop_mix.lua"
+PATHS_LUA = Path(__file__).resolve().parent / "paths.lua"
 SETTLE = 0.5  # s after a window: the host ships what it recorded (flush interval 0.2 s)
 FIRST_LOAD = 3  # s of load after start: imports, templates, the sampler's rate estimate
+LATENCY_LOAD = 0.5  # share of the unprofiled app's full-speed rate for the latency rounds
 WRK_LINE = re.compile(r"(\d+) requests in ([\d.]+)(us|ms|s|m)\b")
 WRK_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+NAMES_TIMEOUT = 5.0  # s for a worker to write its thread names
 
 
 @dataclass(frozen=True)
@@ -70,16 +144,16 @@ class Launch:
 PLAIN = Launch()
 
 
-def _serve(app: str, port: int, timeout: int) -> list[str]:
-    if app == "flask":
+def _serve(app: App, port: int, timeout: int) -> list[str]:
+    """The server's module and arguments (run through `benchmarks.served`)."""
+    if app.server == "gunicorn":
         return [
-            "-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "--no-control-socket",
-            "--timeout", str(timeout), "--graceful-timeout", str(timeout),
-            "profiling_target.wsgi:app",
+            "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "--no-control-socket",
+            "--timeout", str(timeout), "--graceful-timeout", str(timeout), app.target,
         ]  # fmt: skip
     return [
-        "-m", "uvicorn", "profiling_target.asgi:app", "--host", "127.0.0.1",
-        "--port", str(port), "--no-access-log", "--log-level", "warning",
+        "uvicorn", app.target, "--host", "127.0.0.1", "--port", str(port),
+        "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
 
 
@@ -89,31 +163,30 @@ def service(setup: Setup) -> str:
 
 
 def _command(
-    app: str, port: int, setup: Setup, server: str, launch: Launch
+    app: App, port: int, setup: Setup, server: str, launch: Launch
 ) -> tuple[list[str], dict]:
-    python = [*launch.wrapper, sys.executable]
-    serve = _serve(app, port, launch.worker_timeout)
+    serve = [*launch.wrapper, sys.executable, "-m", "benchmarks.served", "-m"]
+    serve += _serve(app, port, launch.worker_timeout)
     if setup.host is not None:
         return [
             sys.executable, "-m", "profiler_host", "run", "--server", server,
-            "--service", service(setup), "--include", "profiling_target.*", *setup.host,
-            "--", *python, *serve,
+            "--service", service(setup), "--include", app.include, *setup.host, "--", *serve,
         ], {}  # fmt: skip
     if setup.peer in peers.IN_PROCESS:
-        env = {peers.ENV: setup.peer}
-        if app == "flask":
-            return [*python, *serve, "-c", "python:benchmarks.peers"], env
-        return [*python, "-m", "benchmarks.peers", *serve], env
-    return [*python, *serve], {}
+        if app.server == "gunicorn":  # started in the worker, after the fork
+            serve += ["-c", "python:benchmarks.peers"]
+        return serve, {peers.ENV: setup.peer}
+    return serve, {}
 
 
-def wrk(port: int, seconds: int) -> tuple[int, float]:
+def wrk(app: App, port: int, seconds: int) -> tuple[int, float]:
     """(requests answered, seconds) of one bounded wrk run on core 1; any error response or
     timeout fails the benchmark."""
+    script, env = app.wrk_script
     out = subprocess.run(
-        ["taskset", "-c", str(CLIENT_CORE), "wrk", "-t1", "-c2", f"-d{seconds}s",
-         "--timeout", "10s", "-s", str(MIX), f"http://127.0.0.1:{port}"],
-        capture_output=True, text=True, check=True,
+        ["taskset", "-c", str(CLIENT_CORE), "wrk", "-t1", f"-c{app.connections}",
+         f"-d{seconds}s", "--timeout", "10s", "-s", *script, f"http://127.0.0.1:{port}"],
+        capture_output=True, text=True, check=True, env={**os.environ, **env},
     ).stdout  # fmt: skip
     found = WRK_LINE.search(out)
     if found is None or "Non-2xx" in out or re.search(r"timeout [1-9]", out):
@@ -121,21 +194,45 @@ def wrk(port: int, seconds: int) -> tuple[int, float]:
     return int(found[1]), float(found[2]) * WRK_UNITS[found[3]]
 
 
+def cpu_clock_seconds(pid: int) -> float:
+    """CPU seconds of process `pid`: all its threads, ended ones included (its CPU-time
+    clock, to the nanosecond; /proc's stat counts 10 ms ticks)."""
+    return time.clock_gettime(open_loop.cpu_clock(pid))
+
+
+def thread_seconds(pid: int) -> dict[int, tuple[str, float]]:
+    """tid -> (comm, CPU seconds) of the live threads of `pid` (schedstat: nanoseconds)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                seconds = int(f.read().split()[0]) / 1e9
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[int(tid)] = (comm, seconds)
+    return out
+
+
 class AppProcess:
     """One app server (one worker) in one setup, pinned to its launch's core."""
 
     def __init__(
-        self, app: str, setup: Setup, server: str, env: dict, tmp: Path, launch: Launch = PLAIN
+        self, app: App, setup: Setup, server: str, env: dict, tmp: Path, launch: Launch = PLAIN
     ) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
+        self.app = app
+        self.names_dir = tmp / f"names-{self.port}"
+        self.names_dir.mkdir()
         command, extra_env = _command(app, self.port, setup, server, launch)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             ["taskset", "-c", str(launch.core), *command],
             cwd=ROOT,
-            env={**env, **extra_env},
+            env={**env, **extra_env, served.DIRECTORY: str(self.names_dir)},
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
@@ -144,14 +241,14 @@ class AppProcess:
         self.requests = 0  # answered, warm-ups included
         self.pyspy: subprocess.Popen | None = None
         try:
-            self._wait_ready(app, launch.start_timeout)
+            self._wait_ready(launch.start_timeout)
             if setup.peer == "py-spy":
                 self.pyspy = peers.attach_pyspy(self.worker, CLIENT_CORE, tmp / f"{self.port}.txt")
         except BaseException:
             self.stop()
             raise
 
-    def _wait_ready(self, app: str, timeout: float) -> None:
+    def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -160,46 +257,75 @@ class AppProcess:
             try:  # an answer, not just a connection: gunicorn binds before its worker forks
                 with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
                     sock.sendall(
-                        b"GET /health HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+                        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
                     )
                     if sock.recv(64).startswith(b"HTTP/1.1 200"):
                         break
             except OSError:
                 pass
             time.sleep(0.1)
-        self.worker = self.proc.pid if app == "starlette" else _only_child(self.proc.pid)
+        self.worker = self.proc.pid if self.app.server == "uvicorn" else _only_child(self.proc.pid)
 
     def cpu_seconds(self) -> float:
         """The worker's CPU, plus py-spy's when it samples the worker from outside: the CPU
         the machine spends on serving and profiling."""
-        worker = stat_cpu(f"/proc/{self.worker}/stat")[1]
+        worker = cpu_clock_seconds(self.worker)
         if self.pyspy is None:
             return worker
-        return worker + stat_cpu(f"/proc/{self.pyspy.pid}/stat")[1]
+        return worker + cpu_clock_seconds(self.pyspy.pid)
 
     def load(self, seconds: int) -> tuple[int, float]:
-        count, took = wrk(self.port, seconds)
+        count, took = wrk(self.app, self.port, seconds)
         self.requests += count
         return count, took
 
-    def window(self, seconds: int, warmup: int) -> tuple[float, float]:
-        """(CPU seconds per request, requests per second) of one measured run."""
+    def window(self, seconds: int, warmup: int) -> dict:
+        """One measured wrk run after a warm-up: CPU seconds per request, requests per
+        second, and each thread's CPU seconds in it (tid -> [comm, seconds]; a thread
+        that ended within the window counts under `ENDED`)."""
         self.load(warmup)
+        threads = thread_seconds(self.worker)
         before = self.cpu_seconds()
         count, took = self.load(seconds)
         time.sleep(SETTLE)
-        return (self.cpu_seconds() - before) / count, count / took
+        total = self.cpu_seconds() - before
+        after = thread_seconds(self.worker)
+        spent = {
+            tid: [comm, seconds - threads.get(tid, (comm, 0.0))[1]]
+            for tid, (comm, seconds) in after.items()
+        }
+        spent[ENDED] = ["", total - sum(seconds for _, seconds in spent.values())]
+        return {"cpu": total / count, "rate": count / took, "requests": count, "threads": spent}
 
-    def thread_ms_per_request(self) -> dict[str, float]:
-        """The worker's live threads' CPU over its whole life per request answered, by
-        thread name (`main`; Python threads share the process's name, gRPC's have theirs):
-        where a setup's extra CPU goes."""
-        out: dict[str, float] = {}
-        for tid in os.listdir(f"/proc/{self.worker}/task"):
-            name, seconds = stat_cpu(f"/proc/{self.worker}/task/{tid}/stat")
-            name = "main" if int(tid) == self.worker else name
-            out[name] = out.get(name, 0.0) + seconds * 1000 / max(self.requests, 1)
-        return {name: round(ms, 4) for name, ms in sorted(out.items())}
+    def latency_window(self, rate: float, seconds: float, warmup: float, seed: int) -> dict:
+        """Open-loop load at `rate` (see `open_loop`): latency quantiles and histogram, and
+        the worker's CPU per request meanwhile."""
+        mix = [list(one) for one in self.app.mix]
+        out = subprocess.run(
+            ["taskset", "-c", str(CLIENT_CORE), sys.executable, "-m", "benchmarks.open_loop",
+             "--port", str(self.port), "--rate", f"{rate:.1f}", "--seconds", str(seconds),
+             "--warmup", str(warmup), "--seed", str(seed), "--pid", str(self.worker),
+             "--connections", "0" if self.app.server == "gunicorn" else str(self.app.connections),
+             "--requests", json.dumps(mix)],
+            capture_output=True, text=True, check=True, cwd=ROOT,
+        ).stdout  # fmt: skip
+        figure = json.loads(out)
+        if figure["errors"]:
+            raise RuntimeError(f"open-loop load on port {self.port}: {figure['errors']}")
+        self.requests += figure["requests"]
+        return figure
+
+    def thread_names(self) -> dict[int, str]:
+        """tid -> Python thread name of the worker's live Python threads (asked for with a
+        signal: see `benchmarks.served`); empty if it does not answer."""
+        path = self.names_dir / f"{self.worker}.json"
+        os.kill(self.worker, served.THREAD_NAMES)
+        deadline = time.monotonic() + NAMES_TIMEOUT
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not path.exists():
+            return {}
+        return {int(tid): name for tid, name in json.loads(path.read_text()).items()}
 
     def stop(self) -> None:
         """SIGTERM (gunicorn stops its worker, the host flushes), SIGKILL if that takes
@@ -214,6 +340,9 @@ class AppProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         self.log.close()
+
+
+ENDED = -1  # the `threads` key of CPU spent by threads that ended within a window
 
 
 def _only_child(pid: int) -> int:
@@ -258,22 +387,23 @@ def shop_database(tmp: Path, env: dict) -> Path:
 
 
 def start_app(
-    app: str,
+    app: App,
     setup: Setup,
     server: str,
     env: dict,
     tmp: Path,
-    shop: Path,
+    shop: Path | None,
     launch: Launch = PLAIN,
     warm: Callable[[AppProcess], object] | None = None,
 ) -> AppProcess:
-    """The app in `setup` on its own copy of the shop database, warmed up (by default
+    """The app in `setup` (a shop on its own copy of the database), warmed up (by default
     `FIRST_LOAD` seconds of wrk: imports, templates, the sampler's rate estimate)."""
-    database = tmp / f"shop-{service(setup)}.sqlite3"
-    shutil.copy(shop, database)
-    started = AppProcess(
-        app, setup, server, {**env, "PROFILING_TARGET_DB": str(database)}, tmp, launch
-    )
+    if app.shop:
+        assert shop is not None
+        database = tmp / f"shop-{service(setup)}.sqlite3"
+        shutil.copy(shop, database)
+        env = {**env, "PROFILING_TARGET_DB": str(database)}
+    started = AppProcess(app, setup, server, env, tmp, launch)
     try:
         if warm is None:
             started.load(FIRST_LOAD)
@@ -288,9 +418,7 @@ def start_app(
 def _modelled_default(samples: dict) -> dict:
     """The default rate's figures per round from the off and 100% rows: off's CPU per request
     plus the sampled share (10/s over the request rate) of what recording a request adds
-    (100% minus off). The default row itself samples more than 10/s here (its rate estimate
-    decays while other setups run) and its small cost hides in the window noise; this
-    assumes a sampled request costs the same at any sampling rate."""
+    (100% minus off). This assumes a sampled request costs the same at any sampling rate."""
     cpu = [
         overhead.at_default_rate(off, every, rate)
         for off, every, rate in zip(
@@ -301,7 +429,83 @@ def _modelled_default(samples: dict) -> dict:
     return {"cpu": overhead.summary(cpu, 6), "cpu_ratio": overhead.ratio_summary(ratio)}
 
 
-def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dict:
+def _label(tid: int, comm: str, worker: int, names: dict[int, str]) -> str:
+    """A thread's row in the breakdown: main, its Python name (numbers folded, so a pool's
+    threads share a row), its OS name (gRPC's C threads have theirs: event_engine,
+    grpc_global_tim...), or ended."""
+    if tid == ENDED:
+        return "threads that ended within a window"
+    if tid == worker:
+        return "main"
+    if tid in names:
+        name = re.sub(r"\d+", "N", names[tid])
+        # gRPC's own Python threads (the request iterator's consumer, the channel's
+        # spinner) run `_run_with_context`'s `_run`
+        return f"gRPC Python threads ({name})" if name == "Thread-N (_run)" else name
+    if comm.startswith(("python", "gunicorn")):  # a Python thread gone before the names
+        return "Python threads that ended before the end of the run"
+    return comm
+
+
+def thread_breakdown(windows: list[dict], worker: int, names: dict[int, str]) -> dict:
+    """CPU ms per request by thread row over all measured windows of a setup."""
+    requests = sum(window["requests"] for window in windows)
+    rows: dict[str, float] = {}
+    for window in windows:
+        for tid, (comm, seconds) in window["threads"].items():
+            label = _label(int(tid), comm, worker, names)
+            rows[label] = rows.get(label, 0.0) + seconds
+    ordered = sorted(rows.items(), key=lambda item: -item[1])
+    return {label: round(seconds * 1000 / requests, 5) for label, seconds in ordered}
+
+
+def latency_figures(windows: dict[str, list[dict]]) -> dict:
+    """Per setup: p99 and p50 ratios (this setup's / none's, per round: 1.05 is 5% slower),
+    the p99 of all rounds pooled, CPU ratio at this rate, and how late the client issued."""
+    base = windows[NONE]
+
+    def per_round(ones: list[dict], value: Callable[[dict], float], inverse: bool) -> dict:
+        pairs = zip(base, ones, strict=True)
+        ratios = [value(b) / value(o) if inverse else value(o) / value(b) for b, o in pairs]
+        return overhead.ratio_summary(ratios)
+
+    out = {}
+    for name, ones in windows.items():
+        pooled: dict[int, int] = {}
+        for one in ones:
+            for b, n in one["histogram"].items():
+                pooled[int(b)] = pooled.get(int(b), 0) + n
+        out[name] = {
+            "p99_us": overhead.summary([o["latency_us"]["p99"] for o in ones], 1),
+            "p99_ratio": per_round(ones, lambda o: o["latency_us"]["p99"], False),
+            "p50_ratio": per_round(ones, lambda o: o["latency_us"]["p50"], False),
+            "pooled_us": open_loop.quantiles_of_histogram(pooled),
+            "cpu_ratio": per_round(ones, lambda o: o["server_cpu_per_request"], True),
+            "issue_lag_p99_us": overhead.summary([o["issue_lag_us"]["p99"] for o in ones], 1),
+        }
+    for figure in out.values():
+        figure["pooled_p99_ratio"] = round(
+            figure["pooled_us"]["p99"] / out[NONE]["pooled_us"]["p99"], 4
+        )
+    return out
+
+
+def _server_modules(pid: int) -> list[str]:
+    """Which of uvloop's loop and httptools' parser the worker has loaded."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return [name for name in ("uvloop", "httptools") if f"/{name}/" in maps]
+
+
+def run(
+    app_key: str,
+    rounds: int,
+    seconds: int,
+    warmup: int,
+    keys: str = "",
+    latency_rounds: int = 0,
+    latency_seconds: float = 4.0,
+) -> dict:
+    app = APPS[app_key]
     if CLIENT_CORE in os.sched_getaffinity(0):
         os.sched_setaffinity(0, {CLIENT_CORE})
     started_load = os.getloadavg()
@@ -309,12 +513,12 @@ def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dic
     with tempfile.TemporaryDirectory(prefix="profiler-bench-app-", dir=scratch) as name:
         tmp = Path(name)
         env = dict(os.environ)
-        shop = shop_database(tmp, env)
+        shop = shop_database(tmp, env) if app.shop else None
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             apps: dict[str, AppProcess] = {}
             unavailable: dict[str, str] = {}
             try:
-                for setup in overhead.choose(SETUPS, keys):
+                for setup in overhead.choose(SETUPS, keys or DEFAULT_SETUPS):
                     try:
                         apps[setup.name] = start_app(app, setup, profiler.target, env, tmp, shop)
                     except RuntimeError as exc:
@@ -322,23 +526,53 @@ def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dic
                             raise
                         unavailable[setup.name] = str(exc).splitlines()[0]
                 measured = [s for s in SETUPS if s.name in apps]
-                print(f"{app}: {len(measured)} setups, {rounds} rounds of {warmup} s + {seconds} s")
-                samples = overhead.interleave(
+                modules = _server_modules(apps[NONE].worker)
+                print(
+                    f"{app.key}: {len(measured)} setups, {rounds} rounds of {warmup} s + "
+                    f"{seconds} s, {app.server} ({', '.join(modules) or 'its own loop'}), "
+                    f"{app.connections} connections, include {app.include}"
+                )
+                windows = overhead.interleave_records(
                     measured, rounds, lambda s: apps[s.name].window(seconds, warmup)
                 )
-                threads = {name: one.thread_ms_per_request() for name, one in apps.items()}
+                rate = statistics.median(w["rate"] for w in windows[NONE]) * LATENCY_LOAD
+                latency: dict[str, list[dict]] = {}
+                if latency_rounds:
+                    print(f"latency: {latency_rounds} rounds of {latency_seconds} s, {rate:.0f}/s")
+                    latency = overhead.interleave_records(
+                        measured,
+                        latency_rounds,
+                        lambda s, n: apps[s.name].latency_window(rate, latency_seconds, 1.0, n),
+                        with_round=True,
+                    )
+                names = {key: one.thread_names() for key, one in apps.items()}
+                workers = {key: one.worker for key, one in apps.items()}
             finally:
                 for one in apps.values():
                     one.stop()
             time.sleep(1.0)  # the last acks
             counts = host_counts(profiler)
+    samples = {
+        key: {"cpu": [w["cpu"] for w in ones], "rate": [w["rate"] for w in ones]}
+        for key, ones in windows.items()
+    }
     figures = overhead.ratios(samples)
-    for name, by_thread in threads.items():
-        figures[name]["thread_cpu_ms_per_request"] = by_thread
-        print(f"{name}: CPU ms/request by thread over the run: {by_thread}")
+    for key, ones in windows.items():
+        breakdown = thread_breakdown(ones, workers[key], names[key])
+        figures[key]["thread_cpu_ms_per_request"] = breakdown
+        print(f"{key}: CPU ms/request by thread: {breakdown}")
     if {OFF, DEFAULT, EVERY} <= figures.keys():
         figures["host, default, modelled"] = _modelled_default(samples)
-    loaded = FIRST_LOAD + (seconds + warmup) * rounds
+    if latency:
+        for key, figure in latency_figures(latency).items():
+            figures[key]["latency"] = figure
+            figures[key]["p99_ratio"] = figure["p99_ratio"]
+            figures[key]["cpu_ratio_at_latency_rate"] = figure["cpu_ratio"]
+            print(
+                f"{key}: pooled latency {figure['pooled_us']} us, client issue lag p99 "
+                f"{figure['issue_lag_p99_us']['median']} us"
+            )
+    loaded = FIRST_LOAD + (seconds + warmup) * rounds + (latency_seconds + 1) * latency_rounds
     for setup in SETUPS:
         if setup.host is not None and setup.name in samples:
             one = counts.get(service(setup), {})
@@ -353,13 +587,28 @@ def run(app: str, rounds: int, seconds: int, warmup: int, keys: str = "") -> dic
                 f"({stored / loaded:.1f}/s under load)"
             )
     data = {
-        "app": app,
+        "app": app.key,
+        "server": app.server,
+        "server_modules": modules,
+        "include": app.include,
+        "connections": app.connections,
+        "mix": app.mix,
         "rounds": rounds,
         "window_seconds": seconds,
         "warmup_seconds": warmup,
+        "latency_rounds": latency_rounds,
+        "latency_seconds": latency_seconds,
+        "latency_rate": round(rate, 1),
         "load_average_at_start": started_load,
         "samples": samples,
+        "latency_windows": {
+            key: [{k: v for k, v in w.items() if k != "histogram"} for w in ones]
+            for key, ones in latency.items()
+        },
     }
+    extra = {f"p99 ratio at {rate:.0f}/s [range] (CI)": "p99_ratio"} if latency else {}
+    if latency:
+        extra[f"CPU ratio at {rate:.0f}/s"] = "cpu_ratio_at_latency_rate"
     return overhead.report(
-        f"host-app-{app}", "request", "throughput ratio", figures, unavailable, data
+        f"host-app-{app.key}", "request", "throughput ratio", figures, unavailable, data, extra
     )

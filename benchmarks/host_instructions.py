@@ -52,7 +52,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks import host_app, overhead, results
-from benchmarks.host_app import Launch, service
+from benchmarks.host_app import App, Launch, service
 from benchmarks.overhead import NONE, Setup
 from benchmarks.server import CLIENT_CORE, SERVER_CORE, ServerProcess
 
@@ -76,14 +76,6 @@ SETUPS = [
     Setup("cprofile-threads", "cProfile, every thread", peer="cprofile-threads"),
     Setup("yappi", "yappi", peer="yappi"),
 ]
-# the route mix of shop_mix.lua, one request at a time
-CHECKOUT = {"customer_id": 1, "items": [{"product_id": 1, "quantity": 1}]}
-MIX = (
-    ("GET", "/products/1", None),
-    ("GET", "/orders/1", None),
-    ("GET", "/products?page=1", None),
-    ("POST", "/checkout", CHECKOUT),
-)
 CORES = (SERVER_CORE, CLIENT_CORE)  # one life on each, side by side
 REQUEST_TIMEOUT = 300.0  # s; a first request under callgrind imports and compiles a lot
 SHIP_TIMEOUT = 300.0  # s for the host to ship and the server to store what a life recorded
@@ -105,11 +97,11 @@ def _callgrind(out: Path, core: int) -> Launch:
     )  # fmt: skip
 
 
-def send(port: int, count: int) -> None:
-    """`count` requests of the mix, in turn, each answered before the next is sent."""
+def send(app: App, port: int, count: int) -> None:
+    """`count` requests of the app's mix, in turn, each answered before the next is sent."""
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=REQUEST_TIMEOUT) as client:
         for number in range(count):
-            method, path, body = MIX[number % len(MIX)]
+            method, path, body = app.mix[number % len(app.mix)]
             client.request(method, path, json=body).raise_for_status()
 
 
@@ -176,12 +168,12 @@ class Life:
 
 
 def life(
-    app: str,
+    app: App,
     setup: Setup,
     plan: Life,
     warmup: int,
     profiler: ServerProcess,
-    where: tuple[Path, Path, int],
+    where: tuple[Path, Path | None, int],
 ) -> dict:
     """One life of the worker under callgrind (`where`: scratch directory, shop database,
     core): its instructions, and the wall seconds from the end of its warm-up to its stop."""
@@ -198,7 +190,7 @@ def life(
         tmp,
         shop,
         _callgrind(out, core),
-        lambda served: send(served.port, warmup),
+        lambda served: send(app, served.port, warmup),
     )
     try:
         recorded = _settle(profiler, one_life, warmup if setup.key == "all" else 0)
@@ -221,12 +213,12 @@ def life(
     return figure
 
 
-def _full_speed_rate(app: str, profiler: ServerProcess, tmp: Path, shop: Path) -> float:
+def _full_speed_rate(app: App, profiler: ServerProcess, tmp: Path, shop: Path | None) -> float:
     """The plain worker's requests per second under wrk (as `host_app` loads it), median
     of `RATE_WINDOWS` windows."""
     plain = host_app.start_app(app, SETUPS[0], profiler.target, dict(os.environ), tmp, shop)
     try:
-        return statistics.median(plain.window(2, 1)[1] for _ in range(RATE_WINDOWS))
+        return statistics.median(plain.window(2, 1)["rate"] for _ in range(RATE_WINDOWS))
     finally:
         plain.stop()
 
@@ -264,18 +256,19 @@ def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
     }
 
 
-def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
+def run(app_key: str, warmup: int, requests: int, keys: str = "") -> dict:
+    app = host_app.APPS[app_key]
     started_load = os.getloadavg()
     scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
     setups = overhead.choose(SETUPS, keys)
     composes = {UNSAMPLED, host_app.EVERY} <= {s.name for s in setups}
     with tempfile.TemporaryDirectory(prefix="profiler-bench-instr-", dir=scratch) as name:
         tmp = Path(name)
-        shop = host_app.shop_database(tmp, dict(os.environ))
+        shop = host_app.shop_database(tmp, dict(os.environ)) if app.shop else None
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             rate = _full_speed_rate(app, profiler, tmp, shop) if composes else 0.0
             plan = [(setup, one) for setup in setups for one in _lives(requests)]
-            print(f"{app}: {len(plan)} lives under callgrind, {len(CORES)} at a time")
+            print(f"{app.key}: {len(plan)} lives under callgrind, {len(CORES)} at a time")
             with ThreadPoolExecutor(len(CORES)) as pool:
                 futures = {
                     (setup.key, one.name): pool.submit(
@@ -329,13 +322,14 @@ def run(app: str, warmup: int, requests: int, keys: str = "") -> dict:
     if composes:
         print(f"sampled share at the default rate: {figures[DEFAULT_COMPOSED]['sampled_share']}")
     data = {
-        "app": app,
+        "app": app.key,
+        "include": app.include,
         "warmup_requests": warmup,
         "requests": requests,
         "idle_seconds": IDLE,
         "load_average_at_start": started_load,
         "setups": figures,
     }
-    path = results.save(f"host-instructions-{app}", data)
+    path = results.save(f"host-instructions-{app.key}", data)
     print(f"results: {path}")
     return data

@@ -45,19 +45,29 @@ def choose(setups: list[Setup], keys: str) -> list[Setup]:
     return [s for s in setups if not wanted or s.key in wanted or s.name == NONE]
 
 
-def interleave(setups: list[Setup], rounds: int, measure: Measure, seed: int = 1) -> dict:
-    """setup name -> {"cpu": [...], "rate": [...]}, one value per round."""
-    rng = random.Random(seed)
-    samples: dict[str, dict[str, list]] = {s.name: {"cpu": [], "rate": []} for s in setups}
+def interleave_records(
+    setups: list[Setup], rounds: int, measure: Callable, with_round: bool = False
+) -> dict[str, list]:
+    """setup name -> what `measure(setup)` (or `measure(setup, round number)`) returned,
+    one per round; every round visits the setups in a new shuffled order."""
+    rng = random.Random(1)
+    records: dict[str, list] = {s.name: [] for s in setups}
     for number in range(rounds):
         order = list(setups)
         rng.shuffle(order)
         for setup in order:
-            cpu, rate = measure(setup)
-            samples[setup.name]["cpu"].append(cpu)
-            samples[setup.name]["rate"].append(rate)
+            records[setup.name].append(measure(setup, number) if with_round else measure(setup))
         print(f"  round {number + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}")
-    return samples
+    return records
+
+
+def interleave(setups: list[Setup], rounds: int, measure: Measure) -> dict:
+    """setup name -> {"cpu": [...], "rate": [...]}, one value per round."""
+    records = interleave_records(setups, rounds, measure)
+    return {
+        name: {"cpu": [cpu for cpu, _ in ones], "rate": [rate for _, rate in ones]}
+        for name, ones in records.items()
+    }
 
 
 def sampled_share(rate: float) -> float:
@@ -120,24 +130,37 @@ def _cell(figure: dict | None) -> str:
 
 
 def report(
-    name: str, unit: str, second: str, figures: dict, unavailable: dict[str, str], data: dict
+    name: str,
+    unit: str,
+    second: str,
+    figures: dict,
+    unavailable: dict[str, str],
+    data: dict,
+    extra: dict[str, str] | None = None,
 ) -> dict:
-    """Prints the table (`second`: what the rate ratio means) and saves the JSON."""
+    """Prints the table (`second`: what the rate ratio means; `extra`: more columns, header
+    -> the figures' key of a `ratio_summary`) and saves the JSON."""
+    extra = extra or {}
     rows = [
         (
             setup,
             f"{row['cpu']['median'] * 1000:.3f}",
             _cell(row["cpu_ratio"]),
             _cell(row.get("rate_ratio")),
+            *(_cell(row.get(key)) for key in extra.values()),
         )
         for setup, row in figures.items()
     ]
-    rows += [(setup, "-", f"unavailable: {why}", "-") for setup, why in unavailable.items()]
+    rows += [
+        (setup, "-", f"unavailable: {why}", "-", *("-" for _ in extra))
+        for setup, why in unavailable.items()
+    ]
     headers = (
         "setup",
         f"CPU ms/{unit}",
         "CPU ratio median [range] (median's 90% CI)",
         f"{second} [range] (CI)",
+        *extra,
     )
     print(results.table(headers, rows))
     payload = {**data, "setups": figures, "unavailable": unavailable}

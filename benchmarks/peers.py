@@ -4,7 +4,7 @@ worker for its whole life (cProfile, yappi, pyinstrument), or attached from outs
 
 In-process peers are chosen with `$BENCH_PEER`: gunicorn loads this module as its config
 (`-c python:benchmarks.peers`) and starts the peer in the forked worker
-(`post_worker_init`); any other command runs through `python -m benchmarks.peers -m MODULE
+(`post_worker_init`); any other server is run by `python -m benchmarks.served -m MODULE
 ARGS...`, which starts the peer and then runs the module as `__main__`. Profiles stay in
 memory and are never written: the benchmark measures the cost of collecting them.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import cProfile
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -102,17 +101,3 @@ def detach_pyspy(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def main() -> None:
-    """`python -m benchmarks.peers -m MODULE ARGS...` with `$BENCH_PEER` set."""
-    if len(sys.argv) < 3 or sys.argv[1] != "-m":
-        raise SystemExit("usage: BENCH_PEER=NAME python -m benchmarks.peers -m MODULE [ARGS...]")
-    module = sys.argv[2]
-    sys.argv = [module, *sys.argv[3:]]
-    start(os.environ[ENV])
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-
-
-if __name__ == "__main__":
-    main()

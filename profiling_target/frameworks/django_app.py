@@ -1,6 +1,7 @@
 """A one-module Django project served over ASGI: sync views run through asgiref's
 `sync_to_async` in a per-request thread-sensitive context (whose executor is joined in a
-thread of its own as the request ends), async views on the loop."""
+thread of its own as the request ends), async views on the loop; `fast/<id>/` is an async
+view that answers at once, for the overhead benchmarks."""
 
 from __future__ import annotations
 
@@ -39,10 +40,15 @@ async def async_item(request: HttpRequest, item_id: int) -> JsonResponse:
     return JsonResponse({"id": item_id})
 
 
+async def fast_item(request: HttpRequest, item_id: int) -> JsonResponse:
+    return JsonResponse({"id": item_id, "name": f"item {item_id}"})
+
+
 urlpatterns = [
     path("health", health),
     path("items/<int:item_id>/", item),
     path("async/<int:item_id>/", async_item),
+    path("fast/<int:item_id>/", fast_item),
 ]
 
 app = get_asgi_application()

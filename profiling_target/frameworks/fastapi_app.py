@@ -1,5 +1,6 @@
 """A small FastAPI app: `yield` dependencies (sync ones run in anyio's worker threads), an
-`HTTPException` leaving them, and work handed to the loop's executor."""
+`HTTPException` leaving them, work handed to the loop's executor, and a fast async
+endpoint (`/items/{item_id}`, no dependency) for the overhead benchmarks."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ async def async_resource():
 @app.get("/health")
 def health() -> dict:
     return {"ok": True}
+
+
+@app.get("/items/{item_id}")
+async def item(item_id: int) -> dict:
+    return {"id": item_id, "name": f"item {item_id}"}
 
 
 @app.get("/sync/{item_id}")
