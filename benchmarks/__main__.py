@@ -1,5 +1,7 @@
-"""`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, memory,
-queries, host-calls, host-app, host-instructions, host-startup, ui-render or all.
+"""`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, depth,
+memory, queries, fleet, host-calls, host-calls-versions, host-unsampled, host-app,
+host-instructions, host-startup, ui-render or all; `table` prints the overhead table in
+markdown from the results files.
 
 This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
 threads inherit it) and starts the server pinned to core 0."""
@@ -10,15 +12,20 @@ import argparse
 import os
 
 from benchmarks import (
+    depth,
+    fleet,
     host_app,
     host_calls,
+    host_calls_versions,
     host_instructions,
     host_script,
     host_startup,
+    host_unsampled,
     ingest,
     memory,
     queries,
     stages,
+    table,
     ui_render,
 )
 from benchmarks.server import CLIENT_CORE
@@ -28,6 +35,10 @@ DBS = ("sqlite", "postgresql")
 
 def _keys(setups: list) -> str:
     return ",".join(setup.key for setup in setups)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part)
 
 
 def setups_option(parser: argparse.ArgumentParser, known: str) -> None:
@@ -57,10 +68,25 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="events/s acked end to end (optionally under cProfile)")
     load_options(p, 30.0)
     p.add_argument("--profile", action="store_true", help="run the server under cProfile")
+    p = sub.add_parser("fleet", help="batches/s and ack latency from many small host streams")
+    p.add_argument("--db", choices=DBS, default="sqlite")
+    p.add_argument("--streams", type=int, default=1000, help="concurrent host streams")
+    p.add_argument(
+        "--rate", type=float, default=1.0, help="batches/s per stream (0: as fast as acks allow)"
+    )
+    p.add_argument("--seconds", type=float, default=30.0, help="sending time")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds not measured")
+    p.add_argument("--profile", action="store_true", help="run the server under cProfile")
     p = sub.add_parser("stages", help="ingest time per stage, in-process, without a profiler")
     p.add_argument("--db", choices=DBS, default="sqlite")
     p.add_argument("--batches", type=int, default=40, help="batches of 20k events")
     p.add_argument("--group", type=int, default=8, help="batches per storage transaction")
+    p = sub.add_parser("depth", help="ingest time and memory per event: depth 10 to 16,000, width")
+    p.add_argument("--db", choices=DBS, default="sqlite")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds of every shape")
+    p.add_argument("--events", type=int, default=64_000, help="events per depth shape")
+    p.add_argument("--depths", type=_ints, default=depth.DEPTHS, help="comma-separated")
+    p.add_argument("--widths", type=_ints, default=depth.WIDTHS, help="distinct stacks")
     p = sub.add_parser("memory", help="server RSS over a sustained ingest")
     load_options(p, 300.0)
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the start RSS")
@@ -75,6 +101,31 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--calls", type=int, default=200_000, help="instrumented calls per mode and round"
     )
+    p = sub.add_parser(
+        "host-calls-versions", help="host-calls on each supported CPython, side by side"
+    )
+    p.add_argument("--rounds", type=int, default=21, help="interleaved rounds of every mode")
+    p.add_argument(
+        "--calls", type=int, default=200_000, help="instrumented calls per mode and round"
+    )
+    p.add_argument(
+        "--instruction-calls",
+        type=int,
+        default=20_000,
+        help="calls callgrind counts per mode (0: no instruction counts)",
+    )
+    p = sub.add_parser(
+        "host-unsampled", help="ns and instructions per request not sampled, piece by piece"
+    )
+    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of every piece")
+    p.add_argument("--requests", type=int, default=100_000, help="requests per piece and round")
+    p.add_argument(
+        "--instructions", action="store_true", help="also count instructions under callgrind"
+    )
+    p.add_argument(
+        "--instruction-requests", type=int, default=2000, help="requests per callgrind run"
+    )
+    p.add_argument("--pieces", default="", help="only these, comma-separated (default all)")
     p = sub.add_parser(
         "host-app",
         help="CPU per request, throughput and p99 latency: host vs none (vs other profilers)",
@@ -102,7 +153,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--app", choices=(*host_app.APPS, "all"), default="flask")
     p.add_argument("--warmup", type=int, default=40, help="requests before counting")
     p.add_argument("--requests", type=int, default=200, help="requests counted")
-    setups_option(p, _keys(host_instructions.SETUPS))
+    p.add_argument(
+        "--idle", type=float, default=host_instructions.IDLE, help="s the idle life idles"
+    )
+    setups_option(
+        p,
+        f"{_keys(host_instructions.SETUPS)} (default {host_instructions.DEFAULT_SETUPS})",
+    )
     p = sub.add_parser("host-startup", help="import time of a big package: plain, cold, warm")
     p.add_argument("--functions", type=int, default=3000, help="functions in the package")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every setup")
@@ -110,6 +167,12 @@ def _parser() -> argparse.ArgumentParser:
         "ui-render", help="web UI in headless Chromium: 10k-call timeline, 5k-stack flame graph"
     )
     p.add_argument("--rounds", type=int, default=5, help="page loads and redraws per chart")
+    p = sub.add_parser(
+        "table",
+        help="markdown: CPU, instruction and p99 ratios per app and setup, from the newest "
+        "host-app and host-instructions results",
+    )
+    p.add_argument("--brief", action="store_true", help="the README's short table")
     sub.add_parser("all", help="everything with default options (about 15 minutes)")
     return parser
 
@@ -118,11 +181,15 @@ ALL = (
     ["ingest", "--db", "sqlite"],
     ["ingest", "--db", "postgresql"],
     ["ingest", "--db", "sqlite", "--seconds", "20", "--profile"],
+    ["fleet", "--db", "sqlite"],
+    ["fleet", "--db", "sqlite", "--rate", "0"],
     ["stages", "--db", "sqlite"],
     ["stages", "--db", "postgresql"],
+    ["depth", "--db", "sqlite"],
     ["queries", "--db", "sqlite"],
     ["memory", "--db", "sqlite"],
     ["host-calls"],
+    ["host-unsampled", "--instructions"],
     ["host-app", "--app", "all"],
     ["host-instructions", "--app", "all"],
     ["host-startup"],
@@ -133,8 +200,12 @@ ALL = (
 def _run(args: argparse.Namespace) -> None:
     if args.benchmark == "ingest":
         ingest.run(args.db, args.seconds, args.streams, args.window, args.batches, args.profile)
+    elif args.benchmark == "fleet":
+        fleet.run(args.db, args.streams, args.rate, args.seconds, args.warmup, args.profile)
     elif args.benchmark == "stages":
         stages.run(args.db, args.batches, args.group)
+    elif args.benchmark == "depth":
+        depth.run(args.db, args.rounds, args.events, args.depths, args.widths)
     elif args.benchmark == "memory":
         memory.run(
             args.db,
@@ -149,6 +220,12 @@ def _run(args: argparse.Namespace) -> None:
         queries.run(args.db, args.requests)
     elif args.benchmark == "host-calls":
         host_calls.run(args.rounds, args.calls)
+    elif args.benchmark == "host-calls-versions":
+        host_calls_versions.run(args.rounds, args.calls, args.instruction_calls)
+    elif args.benchmark == "host-unsampled":
+        host_unsampled.run(
+            args.rounds, args.requests, args.instructions, args.instruction_requests, args.pieces
+        )
     elif args.benchmark == "host-app":
         for app in [*host_app.APPS, "script"] if args.app == "all" else [args.app]:
             if app == "script":
@@ -165,11 +242,13 @@ def _run(args: argparse.Namespace) -> None:
                 )
     elif args.benchmark == "host-instructions":
         for app in host_app.APPS if args.app == "all" else [args.app]:
-            host_instructions.run(app, args.warmup, args.requests, args.setups)
+            host_instructions.run(app, args.warmup, args.requests, args.setups, args.idle)
     elif args.benchmark == "host-startup":
         host_startup.run(args.functions, args.rounds)
     elif args.benchmark == "ui-render":
         ui_render.run(args.rounds)
+    elif args.benchmark == "table":
+        table.run(brief=args.brief)
 
 
 def main(argv: list[str] | None = None) -> None:

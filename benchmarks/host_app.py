@@ -136,7 +136,7 @@ class Launch:
 
     core: int = SERVER_CORE
     wrapper: tuple[str, ...] = ()
-    start_timeout: float = 60.0
+    start_timeout: float = 300.0  # an instrumented framework on a loaded 2-core machine
     stop_timeout: float = 20.0  # then SIGKILL
     worker_timeout: int = 30  # gunicorn's default (and its graceful timeout's)
 
@@ -225,6 +225,7 @@ class AppProcess:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.app = app
+        self.setup = setup
         self.names_dir = tmp / f"names-{self.port}"
         self.names_dir.mkdir()
         command, extra_env = _command(app, self.port, setup, server, launch)
@@ -253,9 +254,16 @@ class AppProcess:
         while True:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.log.seek(0)
-                raise RuntimeError(f"app did not start:\n{self.log.read()[-3000:].decode()}")
-            try:  # an answer, not just a connection: gunicorn binds before its worker forks
-                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+                how = "exited" if self.proc.poll() is not None else f"not ready in {timeout:.0f} s"
+                raise RuntimeError(
+                    f"{self.app.key}, {self.setup.name}: {how}:\n{self.log.read()[-3000:].decode()}"
+                )
+            # an answer, not just a connection: gunicorn binds before its worker forks. A
+            # connected check waits for its answer until the deadline: one given up on would
+            # stay queued and be answered later, so lives would differ in what they served
+            left = max(1.0, deadline - time.monotonic())
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=left) as sock:
                     sock.sendall(
                         b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
                     )
@@ -287,6 +295,8 @@ class AppProcess:
         threads = thread_seconds(self.worker)
         before = self.cpu_seconds()
         count, took = self.load(seconds)
+        if count == 0:  # the worker stalled for the whole window (a machine far too busy)
+            raise RuntimeError(f"{self.app.key}, {self.setup.name}: no answer in {seconds} s")
         time.sleep(SETTLE)
         total = self.cpu_seconds() - before
         after = thread_seconds(self.worker)

@@ -9,7 +9,7 @@ whatever else the machine does (so two lives run side by side, one per core).
 
 Each setup lives three times, identically up to the end of a warm-up of `warmup` requests
 of the route mix (sent one at a time); then the short life stops, the long one serves
-`requests` more first, and the idle one idles for `IDLE` seconds first. Callgrind writes
+`requests` more first, and the idle one idles for `idle` seconds first (`IDLE`). Callgrind writes
 the worker's total when it exits. Long minus short is what the requests cost, with
 start-up, warm-up and exit cancelled out, plus what the worker's timers cost meanwhile
 (uvicorn ticks every 0.1 s, gunicorn's worker wakes every second; under callgrind a
@@ -30,10 +30,11 @@ only deterministic profilers can be compared: a time-based sampler (pyinstrument
 would take ~50x more samples per request in a process slowed down by valgrind.
 
 The default sampling rate (10 requests/s per process) is a time rate too, so its row is
-composed: `f` = 10 / the plain worker's request rate under wrk at full speed (measured in
-the same run, as `host_app` loads it), and the default's instructions per request are
-`(1 - f)` x those of a request the sampler saw and let pass (`unsampled`: the sampler's
-whole decision runs, the gate stays closed) + `f` x those of a recorded request (`all`).
+composed: `f` = 10 / the rate at which the plain worker fills one core (1 / its CPU per
+request under wrk, measured in the same run, as `host_app` loads it), and the default's
+instructions per request are `(1 - f)` x those of a request the sampler saw and let pass
+(`unsampled`: the sampler's whole decision runs, the gate stays closed) + `f` x those of a
+recorded request (`all`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ UNSAMPLED = "host, default decision, not sampled"
 DEFAULT_COMPOSED = "host, default (10/s), composed"
 # both lives rewrite the same code at start-up; batches hold as many requests as at full
 # speed, where 0.2 s holds ~80 (callgrind slows the worker ~50x)
-HOST = ("--code-cache", "off", "--flush-interval", "10s")
+FLUSH = 10  # s, the host's flush interval in these lives
+HOST = ("--code-cache", "off", "--flush-interval", f"{FLUSH}s")
 SETUPS = [
     Setup("none", NONE),
     Setup("aa", "none (A/A)"),
@@ -80,8 +82,10 @@ CORES = (SERVER_CORE, CLIENT_CORE)  # one life on each, side by side
 REQUEST_TIMEOUT = 300.0  # s; a first request under callgrind imports and compiles a lot
 SHIP_TIMEOUT = 300.0  # s for the host to ship and the server to store what a life recorded
 QUIET = 2.0  # s the server's stored count must stay unchanged before the life ends
-IDLE = 30.0  # s the idle life idles after its warm-up
-RATE_WINDOWS = 3  # wrk windows of the plain worker at full speed, for the sampled share
+# (a host setup's: a flush interval more, so no batch is still on its way)
+IDLE = 30.0  # s the idle life idles after its warm-up, by default
+DEFAULT_SETUPS = "aa,off,unsampled,all"  # with none; the peers on request (--setups)
+RATE_WINDOWS = 3  # wrk windows of the plain worker, for the sampled share
 
 
 def _callgrind(out: Path, core: int) -> Launch:
@@ -112,7 +116,9 @@ def _stored(profiler: ServerProcess, setup: Setup) -> float:
 
 def _settle(profiler: ServerProcess, setup: Setup, at_least: float) -> float:
     """Waits until the server holds at least `at_least` requests of the setup and the count
-    has stayed the same for `QUIET` seconds; returns it (0 at once if not a host setup)."""
+    has stayed the same for `QUIET` seconds and a flush interval; returns it (0 after
+    `QUIET` if not a host setup). `at_least` is a floor: under gunicorn, ready checks that
+    timed out while the worker started are still queued and answered (and recorded)."""
     if setup.host is None:
         time.sleep(QUIET)
         return 0.0
@@ -122,7 +128,7 @@ def _settle(profiler: ServerProcess, setup: Setup, at_least: float) -> float:
         now = _stored(profiler, setup)
         if now != last:
             last, since = now, time.monotonic()
-        elif now >= at_least and time.monotonic() - since >= QUIET:
+        elif now >= at_least and time.monotonic() - since >= QUIET + FLUSH:
             return now
         time.sleep(0.5)
     raise RuntimeError(f"{setup.name}: {last} requests stored, expected {at_least}")
@@ -155,6 +161,18 @@ def _collector_instructions(out: Path, pid: int) -> int:
         for match in map(_COLLECTOR.match, annotated.splitlines())
         if match
     )
+
+
+def _recorded_at_warmup(app: App, setup: Setup, warmup: int) -> int:
+    """Requests the setup records up to the end of its warm-up, ready check included: all
+    of them (`all`), or the first of each route (`unsampled`: a route never seen before is
+    sampled). A life waits for them to be stored before it goes on, so that shipping them
+    (the flush interval is 10 s) falls in no life's measured part."""
+    if setup.key == "all":
+        return warmup + 1
+    if setup.key == "unsampled":
+        return len({path.split("?")[0] for _, path, _ in app.mix}) + 1
+    return 0
 
 
 @dataclass(frozen=True)
@@ -193,9 +211,9 @@ def life(
         lambda served: send(app, served.port, warmup),
     )
     try:
-        recorded = _settle(profiler, one_life, warmup if setup.key == "all" else 0)
+        recorded = _settle(profiler, one_life, _recorded_at_warmup(app, setup, warmup))
         warm = time.monotonic()
-        send(process.port, plan.requests)
+        send(app, process.port, plan.requests)
         if setup.host is not None:
             expected = recorded + plan.requests if setup.key == "all" else recorded
             recorded = _settle(profiler, one_life, expected) - recorded
@@ -214,17 +232,19 @@ def life(
 
 
 def _full_speed_rate(app: App, profiler: ServerProcess, tmp: Path, shop: Path | None) -> float:
-    """The plain worker's requests per second under wrk (as `host_app` loads it), median
-    of `RATE_WINDOWS` windows."""
+    """The requests per second at which the plain worker fills one core: 1 / its CPU per
+    request under wrk (as `host_app` loads it), median of `RATE_WINDOWS` windows. wrk's
+    own rate is lower whenever the machine is busy (each request then waits for its turn
+    on both cores), which would overstate the share the default rate samples."""
     plain = host_app.start_app(app, SETUPS[0], profiler.target, dict(os.environ), tmp, shop)
     try:
-        return statistics.median(plain.window(2, 1)["rate"] for _ in range(RATE_WINDOWS))
+        return statistics.median(1 / plain.window(2, 1)["cpu"] for _ in range(RATE_WINDOWS))
     finally:
         plain.stop()
 
 
-def _lives(requests: int) -> tuple[Life, Life, Life]:
-    return Life("short", 0, 0.0), Life("long", requests, 0.0), Life("idle", 0, IDLE)
+def _lives(requests: int, idle: float) -> tuple[Life, Life, Life]:
+    return Life("short", 0, 0.0), Life("long", requests, 0.0), Life("idle", 0, idle)
 
 
 def _differenced(short: dict, long: dict, idle: dict, requests: int, key: str) -> tuple:
@@ -238,12 +258,12 @@ def _differenced(short: dict, long: dict, idle: dict, requests: int, key: str) -
     return (long[key] - short[key] - rate * slower) / requests, rate
 
 
-def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
+def _per_request(lives: dict, setup: Setup, requests: int, idle: float) -> dict:
     """Instructions per request, with and without the cyclic collector's. The collector
     is lumpy: a full collection walks every tracked object (~40,000 in these workers,
     ~15M instructions), so one more or one fewer in a life moves its figure by ~0.5% at
     200 requests; its own column shows it."""
-    short, long, idle = (lives[setup.key, one.name] for one in _lives(requests))
+    short, long, idle = (lives[setup.key, one.name] for one in _lives(requests, idle))
     per_request, rate = _differenced(short, long, idle, requests, "instructions")
     collector, _ = _differenced(short, long, idle, requests, "collector_instructions")
     return {
@@ -256,18 +276,18 @@ def _per_request(lives: dict, setup: Setup, requests: int) -> dict:
     }
 
 
-def run(app_key: str, warmup: int, requests: int, keys: str = "") -> dict:
+def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = IDLE) -> dict:
     app = host_app.APPS[app_key]
     started_load = os.getloadavg()
     scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    setups = overhead.choose(SETUPS, keys)
+    setups = overhead.choose(SETUPS, keys or DEFAULT_SETUPS)
     composes = {UNSAMPLED, host_app.EVERY} <= {s.name for s in setups}
     with tempfile.TemporaryDirectory(prefix="profiler-bench-instr-", dir=scratch) as name:
         tmp = Path(name)
         shop = host_app.shop_database(tmp, dict(os.environ)) if app.shop else None
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             rate = _full_speed_rate(app, profiler, tmp, shop) if composes else 0.0
-            plan = [(setup, one) for setup in setups for one in _lives(requests)]
+            plan = [(setup, one) for setup in setups for one in _lives(requests, idle)]
             print(f"{app.key}: {len(plan)} lives under callgrind, {len(CORES)} at a time")
             with ThreadPoolExecutor(len(CORES)) as pool:
                 futures = {
@@ -283,7 +303,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "") -> dict:
                     for number, (setup, one) in enumerate(plan)
                 }
                 lives = {key: future.result() for key, future in futures.items()}
-    figures = {setup.name: _per_request(lives, setup, requests) for setup in setups}
+    figures = {setup.name: _per_request(lives, setup, requests, idle) for setup in setups}
     if composes:
         figures[DEFAULT_COMPOSED] = {
             key: overhead.at_default_rate(
@@ -326,7 +346,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "") -> dict:
         "include": app.include,
         "warmup_requests": warmup,
         "requests": requests,
-        "idle_seconds": IDLE,
+        "idle_seconds": idle,
         "load_average_at_start": started_load,
         "setups": figures,
     }

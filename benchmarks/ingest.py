@@ -157,8 +157,4 @@ def report(f: dict) -> None:
     )
     for error in f["errors"]:
         print(f"error: {error}")
-    if f.get("profile_top"):
-        print("\nserver profile (main + ingest threads), by own time:")
-        print(profiling.table(f["profile_top"], "tottime"))
-        print("\nby cumulative time:")
-        print(profiling.table(f["profile_top_cumulative"], "cumtime"))
+    profiling.print_profile(f)

@@ -46,3 +46,13 @@ def table(rows: list[dict], key: str) -> str:
             for r in rows
         ],
     )
+
+
+def print_profile(figures: dict) -> None:
+    """The server profile a run kept in `figures` (`profile_top`, `profile_top_cumulative`),
+    if it ran under cProfile."""
+    if figures.get("profile_top"):
+        print("\nserver profile (main + ingest threads), by own time:")
+        print(table(figures["profile_top"], "tottime"))
+        print("\nby cumulative time:")
+        print(table(figures["profile_top_cumulative"], "cumtime"))

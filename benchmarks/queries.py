@@ -122,7 +122,7 @@ def _table_counts(url: str) -> dict:
         with engine.connect() as conn:
             return {
                 t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
-                for t in (schema.requests, schema.stacks, schema.stack_buckets)
+                for t in (schema.requests, schema.stack_nodes, schema.stack_buckets)
             }
     finally:
         engine.dispose()
@@ -179,7 +179,7 @@ def report(f: dict) -> None:
     print()
     stored = f["stored"]
     print(
-        f"stored {stored['requests']:,} requests ({stored['stacks']:,} stacks, "
+        f"stored {stored['requests']:,} requests ({stored['stack_nodes']:,} stacks, "
         f"{stored['stack_buckets']:,} stack-minute buckets) on {f['db']}; ingest of the small "
         f"ones: {f['ingest']['small']['events_per_second']:,} events/s; big request: "
         f"{f['big_request']['calls']:,} calls, {f['big_request']['nodes']:,} nodes; "

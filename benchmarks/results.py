@@ -11,7 +11,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# $BENCHMARK_RESULTS moves them (the smoke tests' tiny runs go to a temporary directory)
+RESULTS = Path(os.environ.get("BENCHMARK_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def path_for(name: str, suffix: str) -> Path:
@@ -25,7 +26,10 @@ def _code_version() -> dict:
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], cwd=RESULTS.parent.parent, capture_output=True, text=True
+            ["git", *args],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
 
     changed = git("status", "--porcelain", "--", "profiler_server", "profiler_core")

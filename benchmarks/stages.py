@@ -25,13 +25,14 @@ from profiler_server.settings import DEFAULTS
 from profiler_server.storage import migrations
 from profiler_server.storage.engine import open_engine
 from profiler_server.storage.writer import Writer
+from profiler_server.worker import lifecycle
 
-# (owner, attribute, stage); pipeline's own names, so the timers see what the worker calls
+# (owner, attribute, stage); the worker's own names, so the timers see what the worker calls
 STAGES = (
     (Session, "apply", "apply batch to session"),
-    (pipeline, "assemble_all", "assemble call trees"),
-    (pipeline, "summarize", "summarize: stacks, totals, tree"),
-    (pipeline.Pipeline, "_finish", "finish request (all)"),
+    (lifecycle, "assemble_all", "assemble call trees"),
+    (lifecycle, "summarize", "summarize: stacks, totals, tree"),
+    (lifecycle.Sessions, "finish", "finish request (all)"),
     (Writer, "write", "storage transaction"),
     (ProfileMetrics, "record", "prometheus aggregates"),
 )

@@ -4,14 +4,16 @@
  * truncated flag; event buffer, owning thread, request), so recording an event is a few
  * C field reads and three list appends. `recording.Request`/`recording.Lane` subclass them.
  *
- * Events, tokens and failures are exactly those of the Python hooks (see hooks.py): a
- * buffer is a flat list of ints, three per event (`fid << KIND_BITS | kind`, call id,
+ * Events, tokens and failures are exactly those of the Python hooks (see hooks.py), laid out
+ * as profiler_host/events.py defines them (the constants of _events.h, generated from it): a
+ * buffer is a flat list of ints, EVENT_INTS per event (`fid << KIND_BITS | kind`, call id,
  * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is the tuple
- * `(lane.record, fid << KIND_BITS, call id, lane)`, a resumable call's the list
- * `[lane, fid << KIND_BITS, call id, suspended, stamp]`. A hook never lets an `Exception` reach
- * the caller: it is handed to `hooks._failed` (counted, logged once) and cleared. Any other
- * `BaseException` (KeyboardInterrupt raised by a replaced `lane.record` or by a callback)
- * propagates. Errors this file raises itself are all `Exception`s.
+ * `(lane, fid << KIND_BITS, call id)`, a resumable call's the list
+ * `[lane, fid << KIND_BITS, call id, suspended, stamp]`, each field at its TOKEN_* index.
+ * A hook never lets an `Exception` reach the caller: it is handed to `hooks._failed`
+ * (counted, logged once) and cleared. Any other `BaseException` (KeyboardInterrupt raised
+ * by a replaced `lane.record` or by a callback) propagates. Errors this file raises itself
+ * are all `Exception`s.
  *
  * Everything runs under the GIL. An event's three ints are appended with no Python code in
  * between, so a drain on the transport thread never sees part of one.
@@ -24,11 +26,32 @@
 #include <stddef.h>
 #include <time.h>
 
-#define KIND_BITS 3
-/* profiler_core.model.EventKind (recording.py checks they agree before using this module) */
-enum { ENTER = 0, EXIT = 1, EXIT_EXCEPTION = 2, SUSPEND = 3, RESUME = 4, EXIT_CANCELLED = 6 };
-/* a resumable token: [lane, fk, call, suspended, stamp] */
-enum { TOKEN_LANE, TOKEN_FK, TOKEN_CALL, TOKEN_SUSPENDED, TOKEN_STAMP, TOKEN_SIZE };
+#include "_events.h" /* recording.py checks the module's copies of these before using it */
+
+#if PY_VERSION_HEX < 0x030C0000
+/* 3.12's way to hold the exception being raised (PyErr_Fetch/PyErr_Restore are deprecated
+ * there), for 3.11: one normalized exception object that carries its traceback. */
+static PyObject *
+PyErr_GetRaisedException(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_DECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
+static void
+PyErr_SetRaisedException(PyObject *exc)
+{
+    PyErr_Restore(Py_NewRef(Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+}
+#endif
 
 /* Set by configure(): hooks._own_lane, hooks._failed, hooks._RUNNING, recording.CURRENT. */
 static PyObject *own_lane_cb = NULL;
@@ -405,10 +428,10 @@ record_via(LaneCore *lane, PyObject *record, PyObject *first, PyObject *call, Py
         if (PyList_Append(buffer, first) < 0 || PyList_Append(buffer, call) < 0 ||
             PyList_Append(buffer, ns) < 0) {
             /* out of memory: take back a partly appended event */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyList_SetSlice(buffer, size, PyList_GET_SIZE(buffer), NULL);
-            PyErr_Restore(type, value, tb);
+            PyObject *exc = PyErr_GetRaisedException();
+            if (PyList_SetSlice(buffer, size, PyList_GET_SIZE(buffer), NULL) < 0)
+                PyErr_Clear();
+            PyErr_SetRaisedException(exc);
             return -1;
         }
         return 0;
@@ -417,7 +440,7 @@ record_via(LaneCore *lane, PyObject *record, PyObject *first, PyObject *call, Py
         PyErr_SetString(PyExc_RuntimeError, "lane has no record");
         return -1;
     }
-    event = PyTuple_Pack(3, first, call, ns);
+    event = PyTuple_Pack(EVENT_INTS, first, call, ns);
     if (event == NULL)
         return -1;
     result = PyObject_CallOneArg(record, event);
@@ -451,23 +474,18 @@ record_kind(LaneCore *lane, PyObject *record, PyObject *fk, int kind, PyObject *
 static int
 swallow(void)
 {
-    PyObject *type, *value, *tb, *result;
+    PyObject *exc, *result;
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL)
-        PyException_SetTraceback(value, tb);
+    exc = PyErr_GetRaisedException();
     if (failed_cb != NULL) {
-        result = PyObject_CallOneArg(failed_cb, value ? value : Py_None);
+        result = PyObject_CallOneArg(failed_cb, exc);
         if (result != NULL)
             Py_DECREF(result);
         else if (PyErr_ExceptionMatches(PyExc_Exception))
             PyErr_Clear(); /* the logging failed too: the count is what matters */
     }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    Py_DECREF(exc);
     return PyErr_Occurred() ? -1 : 0;
 }
 
@@ -547,7 +565,7 @@ suspend_top(LaneCore *lane, PyObject *list, PyObject *since)
     Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject *top = Py_NewRef(PyList_GET_ITEM(list, n - 1));
     int rc = PyList_SetSlice(list, n - 1, n, NULL);
-    if (rc == 0 && (!PyList_CheckExact(top) || PyList_GET_SIZE(top) != TOKEN_SIZE)) {
+    if (rc == 0 && (!PyList_CheckExact(top) || PyList_GET_SIZE(top) != RESUMABLE_TOKEN_SIZE)) {
         PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
         rc = -1;
     }
@@ -626,13 +644,13 @@ resume_thrown(LaneCore *lane, PyObject *now)
         return rc;
     rc = 0;
     top = PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1);
-    if (!PyList_CheckExact(top) || PyList_GET_SIZE(top) != TOKEN_SIZE ||
+    if (!PyList_CheckExact(top) || PyList_GET_SIZE(top) != RESUMABLE_TOKEN_SIZE ||
         PyList_GET_ITEM(top, TOKEN_SUSPENDED) != Py_True)
         return 0;
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
     for (i = 0; rc == 0 && i < PyList_GET_SIZE(list); i++) {
         PyObject *token = PyList_GET_ITEM(list, i);
-        if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != TOKEN_SIZE) {
+        if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != RESUMABLE_TOKEN_SIZE) {
             PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
             rc = -1;
         }
@@ -655,7 +673,7 @@ static LaneCore *
 resumable_lane(PyObject *token)
 {
     PyObject *lane;
-    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != TOKEN_SIZE) {
+    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != RESUMABLE_TOKEN_SIZE) {
         PyErr_SetString(PyExc_TypeError, "not a resumable token");
         return NULL;
     }
@@ -754,7 +772,7 @@ check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
     return -1;
 }
 
-/* enter(lane, fid) -> (lane.record, fid << KIND_BITS, call id, lane) or None */
+/* enter(lane, fid) -> (lane, fid << KIND_BITS, call id) or None */
 static PyObject *
 hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -765,17 +783,16 @@ hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     rc = enter_core(args[0], args[1], &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyTuple_New(4);
+    token = PyTuple_New(PLAIN_TOKEN_SIZE);
     if (token == NULL) {
         Py_DECREF(lane);
         Py_DECREF(fk);
         Py_DECREF(call);
         return failed(Py_None);
     }
-    PyTuple_SET_ITEM(token, 0, Py_NewRef(((LaneCore *)lane)->record));
-    PyTuple_SET_ITEM(token, 1, fk);
-    PyTuple_SET_ITEM(token, 2, call);
-    PyTuple_SET_ITEM(token, 3, lane);
+    PyTuple_SET_ITEM(token, TOKEN_LANE, lane);
+    PyTuple_SET_ITEM(token, TOKEN_FK, fk);
+    PyTuple_SET_ITEM(token, TOKEN_CALL, call);
     return token;
 }
 
@@ -790,17 +807,17 @@ hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     rc = enter_core(args[0], args[1], &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyList_New(TOKEN_SIZE);
+    token = PyList_New(RESUMABLE_TOKEN_SIZE);
     if (token == NULL) {
         Py_DECREF(lane);
         Py_DECREF(fk);
         Py_DECREF(call);
         return failed(Py_None);
     }
-    PyList_SET_ITEM(token, 0, lane);
-    PyList_SET_ITEM(token, 1, fk);
-    PyList_SET_ITEM(token, 2, call);
-    PyList_SET_ITEM(token, 3, Py_NewRef(Py_False));
+    PyList_SET_ITEM(token, TOKEN_LANE, lane);
+    PyList_SET_ITEM(token, TOKEN_FK, fk);
+    PyList_SET_ITEM(token, TOKEN_CALL, call);
+    PyList_SET_ITEM(token, TOKEN_SUSPENDED, Py_NewRef(Py_False));
     PyList_SET_ITEM(token, TOKEN_STAMP, Py_NewRef(call));
     if (running_push(lane, token) < 0 && swallow() < 0) {
         Py_DECREF(token);
@@ -829,7 +846,7 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
     while (rc == 0 && PyList_GET_SIZE(list) > 0) {
         PyObject *above = PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1);
         long long stamp;
-        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != TOKEN_SIZE) {
+        if (!PyList_CheckExact(above) || PyList_GET_SIZE(above) != RESUMABLE_TOKEN_SIZE) {
             PyErr_SetString(PyExc_TypeError, "bad token in _RUNNING");
             rc = -1;
             break;
@@ -849,28 +866,28 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
     return rc;
 }
 
-/* A plain call's exit: token[0]((token[1] | kind, token[2], now)) */
+/* A plain call's exit: lane.record((fk | kind, call, now)) */
 static PyObject *
 exit_plain(PyObject *token, int kind)
 {
     PyObject *ns;
     LaneCore *lane;
     int rc;
-    if (!PyTuple_CheckExact(token) || PyTuple_GET_SIZE(token) != 4 ||
-        !LaneCore_Check(PyTuple_GET_ITEM(token, 3))) {
+    if (!PyTuple_CheckExact(token) || PyTuple_GET_SIZE(token) != PLAIN_TOKEN_SIZE ||
+        !LaneCore_Check(PyTuple_GET_ITEM(token, TOKEN_LANE))) {
         PyErr_SetString(PyExc_TypeError, "not a call token");
         return failed(Py_None);
     }
     ns = now_ns();
     if (ns == NULL)
         return failed(Py_None);
-    lane = (LaneCore *)PyTuple_GET_ITEM(token, 3);
+    lane = (LaneCore *)PyTuple_GET_ITEM(token, TOKEN_LANE);
     rc = resume_thrown(lane, ns);
     if (rc == 0)
-        rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, 2), ns);
+        rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, TOKEN_CALL), ns);
     if (rc == 0)
-        rc = record_kind(lane, PyTuple_GET_ITEM(token, 0), PyTuple_GET_ITEM(token, 1), kind,
-                         PyTuple_GET_ITEM(token, 2), ns);
+        rc = record_kind(lane, lane->record, PyTuple_GET_ITEM(token, TOKEN_FK), kind,
+                         PyTuple_GET_ITEM(token, TOKEN_CALL), ns);
     Py_DECREF(ns);
     if (rc < 0)
         return failed(Py_None);
@@ -977,7 +994,7 @@ hold(Resumable *r, int take)
 static int
 set_suspended(PyObject *token, PyObject *flag)
 {
-    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != TOKEN_SIZE) {
+    if (!PyList_CheckExact(token) || PyList_GET_SIZE(token) != RESUMABLE_TOKEN_SIZE) {
         PyErr_SetString(PyExc_TypeError, "not a resumable token");
         return -1;
     }
@@ -985,7 +1002,7 @@ set_suspended(PyObject *token, PyObject *flag)
 }
 
 /* The token runs from now on: not suspended, stamped with a fresh call id (ids need only
- * be unique and increasing; see hooks._stamp), and listed as running on its lane. */
+ * be unique and increasing; see hooks._set_running), and listed as running on its lane. */
 static int
 set_running(PyObject *token, LaneCore *lane)
 {
@@ -1190,18 +1207,16 @@ in_lane_dealloc(InLane *self)
 static int
 after_work(int (*step)(PyObject *), PyObject *arg)
 {
-    PyObject *type, *value, *tb;
+    PyObject *outcome = PyErr_GetRaisedException(); /* NULL: the work returned */
     int rc = 0;
-    PyErr_Fetch(&type, &value, &tb);
     if (step(arg) < 0)
         rc = swallow();
     if (rc == 0) {
-        PyErr_Restore(type, value, tb);
+        if (outcome != NULL)
+            PyErr_SetRaisedException(outcome);
         return 0;
     }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    Py_XDECREF(outcome);
     return -1;
 }
 
@@ -1316,7 +1331,7 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if ((start == -1 || stop == -1) && PyErr_Occurred())
         return NULL;
     if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
-        (stop - start) % 3 != 0) {
+        (stop - start) % EVENT_INTS != 0) {
         PyErr_SetString(PyExc_ValueError, "pack(): not whole events of the buffer");
         return NULL;
     }
@@ -1335,7 +1350,7 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     for (k = 0; k < 4; k++)
         used[k] = PyByteArray_GET_SIZE(out[k]);
-    n = (stop - start) / 3;
+    n = (stop - start) / EVENT_INTS;
     /* at most 1 kind byte, and 10 bytes for each varint */
     kind = reserve(out[0], used[0], n);
     function = kind ? reserve(out[1], used[1], 10 * n) : NULL;
@@ -1344,7 +1359,7 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (delta_at == NULL)
         goto fail;
     for (i = 0; i < n; i++) {
-        PyObject *const *event = &PyList_GET_ITEM(buffer, start + 3 * i);
+        PyObject *const *event = &PyList_GET_ITEM(buffer, start + EVENT_INTS * i);
         long long packed = as_int64(event[0]);
         long long call = as_int64(event[1]);
         long long ns = as_int64(event[2]);
@@ -1373,12 +1388,11 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     return Py_BuildValue("(LL)", first, last);
 fail: { /* nothing half-written stays */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
+        PyObject *exc = PyErr_GetRaisedException();
         for (k = 0; k < 4; k++)
             if (PyByteArray_GET_SIZE(out[k]) > used[k] && PyByteArray_Resize(out[k], used[k]) < 0)
                 PyErr_Clear();
-        PyErr_Restore(type, value, traceback);
+        PyErr_SetRaisedException(exc);
     }
     return NULL;
 }
@@ -1451,6 +1465,7 @@ PyMODINIT_FUNC
 PyInit__hotpath(void)
 {
     PyObject *module;
+    size_t i;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
         PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0)
         return NULL;
@@ -1462,16 +1477,15 @@ PyInit__hotpath(void)
         return NULL;
     if (PyModule_AddObjectRef(module, "RequestCore", (PyObject *)&RequestCoreType) < 0 ||
         PyModule_AddObjectRef(module, "LaneCore", (PyObject *)&LaneCoreType) < 0 ||
-        PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0 ||
-        PyModule_AddIntConstant(module, "ENTER", ENTER) < 0 ||
-        PyModule_AddIntConstant(module, "EXIT", EXIT) < 0 ||
-        PyModule_AddIntConstant(module, "EXIT_EXCEPTION", EXIT_EXCEPTION) < 0 ||
-        PyModule_AddIntConstant(module, "SUSPEND", SUSPEND) < 0 ||
-        PyModule_AddIntConstant(module, "RESUME", RESUME) < 0 ||
-        PyModule_AddIntConstant(module, "EXIT_CANCELLED", EXIT_CANCELLED) < 0) {
-        Py_DECREF(module);
-        return NULL;
+        PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0)
+        goto fail;
+    for (i = 0; events_constants[i].name != NULL; i++) {
+        const char *name = events_constants[i].name;
+        if (PyModule_AddIntConstant(module, name, events_constants[i].value) < 0)
+            goto fail;
     }
     return module;
+fail:
+    Py_DECREF(module);
+    return NULL;
 }

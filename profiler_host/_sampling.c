@@ -10,11 +10,20 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if PY_VERSION_HEX < 0x030C0000
+/* from 3.12 Python.h has the member types, as Py_T_* (structmember.h is deprecated there) */
 #include <structmember.h>
+#define Py_T_DOUBLE T_DOUBLE
+#define Py_T_ULONGLONG T_ULONGLONG
+#define Py_READONLY READONLY
+#endif
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
-#define MAX_ROUTES 1000 /* route shapes remembered (sampler.MAX_ROUTES) */
+/* sampler.py's MAX_ROUTES and HEX_ID_LENGTH: new_sampler uses this module only when the
+ * constants it exports are those */
+#define MAX_ROUTES 1000 /* route shapes remembered */
 #define HEX_ID_LENGTH 16 /* hex-and-dash segments this long or longer are ids */
 
 typedef struct {
@@ -23,9 +32,10 @@ typedef struct {
     double route_interval;
     double window_start;
     long long window_count;
+    unsigned long long seen; /* requests decided on, sampled or not */
     long long window_sampled;
     double arrivals; /* smoothed requests per second */
-    PyObject *routes; /* dict: shape -> float time it was last sampled by the route rule */
+    PyObject *routes; /* dict: shape_key -> float time it was last sampled by the route rule */
     PyObject *clock;  /* None: CLOCK_MONOTONIC */
     PyObject *chance; /* None: xorshift */
     uint64_t state;   /* xorshift64* state, never 0 */
@@ -86,48 +96,36 @@ is_id_segment(int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
     return decimal || hex;
 }
 
-/* Whether any `/`-separated segment of `path` is an id. */
-static int
-has_id_segment(PyObject *path)
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+/* The route shape's key: a 64-bit FNV-1a hash of sampler.route_shape(path)'s characters,
+ * computed as the path is read, so no str is built (every request pays this). Two shapes
+ * of the up to MAX_ROUTES remembered share a key with a chance of about 1 in 10^13. */
+static PyObject *
+shape_key(PyObject *path)
 {
+    static const char ID[] = ":id";
     int kind = PyUnicode_KIND(path);
     const void *data = PyUnicode_DATA(path);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(path), start = 0, i;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(path), start = 0, i, j;
+    uint64_t hash = FNV_OFFSET;
     for (i = 0; i <= length; i++) {
         if (i < length && PyUnicode_READ(kind, data, i) != '/')
             continue;
-        if (is_id_segment(kind, data, start, i))
-            return 1;
+        if (is_id_segment(kind, data, start, i)) {
+            for (j = 0; j < 3; j++)
+                hash = (hash ^ (uint64_t)ID[j]) * FNV_PRIME;
+        } else {
+            for (j = start; j < i; j++)
+                hash = (hash ^ (uint64_t)PyUnicode_READ(kind, data, j)) * FNV_PRIME;
+        }
+        if (i < length)
+            hash = (hash ^ (uint64_t)'/') * FNV_PRIME;
         start = i + 1;
     }
-    return 0;
+    return PyLong_FromUnsignedLongLong(hash);
 }
-
-/* sampler.route_shape: numbers and hex ids of 16 characters or more become `:id`. A new
- * reference to the path itself when it has no id (the usual case: no allocation). */
-static PyObject *
-route_shape(PyObject *path, PyObject *slash, PyObject *id)
-{
-    PyObject *segments, *shape;
-    Py_ssize_t i;
-    if (!has_id_segment(path))
-        return Py_NewRef(path);
-    segments = PyUnicode_Split(path, slash, -1);
-    if (segments == NULL)
-        return NULL;
-    for (i = 0; i < PyList_GET_SIZE(segments); i++) {
-        PyObject *segment = PyList_GET_ITEM(segments, i);
-        int kind = PyUnicode_KIND(segment);
-        if (is_id_segment(kind, PyUnicode_DATA(segment), 0, PyUnicode_GET_LENGTH(segment)))
-            PyList_SetItem(segments, i, Py_NewRef(id));
-    }
-    shape = PyUnicode_Join(slash, segments);
-    Py_DECREF(segments);
-    return shape;
-}
-
-static PyObject *slash_str = NULL; /* "/" */
-static PyObject *id_str = NULL;    /* ":id" */
 
 /* decide(path) -> bool: counts the arrival and says whether to record it (see
  * sampler.Sampler.decide, which this follows step by step). */
@@ -135,12 +133,13 @@ static PyObject *
 sampler_decide(Sampler *self, PyObject *path)
 {
     double now, elapsed, last_time, chance, current, denominator;
-    PyObject *shape, *last;
+    PyObject *key, *last;
     int due;
     if (!PyUnicode_Check(path)) {
         PyErr_SetString(PyExc_TypeError, "decide() takes the request's path as a str");
         return NULL;
     }
+    self->seen++;
     if (self->rate <= 0)
         Py_RETURN_FALSE;
     if (read_clock(self, &now) < 0)
@@ -153,26 +152,26 @@ sampler_decide(Sampler *self, PyObject *path)
         self->window_count = 0;
         self->window_sampled = 0;
     }
-    shape = route_shape(path, slash_str, id_str);
-    if (shape == NULL)
+    key = shape_key(path);
+    if (key == NULL)
         return NULL;
-    last = PyDict_GetItemWithError(self->routes, shape); /* borrowed */
+    last = PyDict_GetItemWithError(self->routes, key); /* borrowed */
     if (last == NULL && PyErr_Occurred()) {
-        Py_DECREF(shape);
+        Py_DECREF(key);
         return NULL;
     }
     last_time = last == NULL ? 0.0 : PyFloat_AsDouble(last);
     due = last == NULL || now - last_time >= self->route_interval;
     if (due && (last != NULL || PyDict_GET_SIZE(self->routes) < MAX_ROUTES)) {
         PyObject *stamp = PyFloat_FromDouble(now);
-        int rc = stamp == NULL ? -1 : PyDict_SetItem(self->routes, shape, stamp);
+        int rc = stamp == NULL ? -1 : PyDict_SetItem(self->routes, key, stamp);
         Py_XDECREF(stamp);
-        Py_DECREF(shape);
+        Py_DECREF(key);
         if (rc < 0)
             return NULL;
         Py_RETURN_TRUE;
     }
-    Py_DECREF(shape);
+    Py_DECREF(key);
     if ((double)self->window_sampled >= self->rate * (elapsed > 1.0 ? elapsed : 1.0))
         Py_RETURN_FALSE;
     /* within the current window, arrivals beyond the smoothed rate lower the chance too */
@@ -218,6 +217,7 @@ sampler_init(Sampler *self, PyObject *args, PyObject *kwds)
     if (self->routes == NULL || read_clock(self, &now) < 0)
         return -1;
     self->rate = rate;
+    self->seen = 0;
     self->route_interval = route_interval;
     self->window_start = now;
     self->window_count = 0;
@@ -273,9 +273,11 @@ static PyGetSetDef sampler_getset[] = {
 };
 
 static PyMemberDef sampler_members[] = {
-    {"rate", T_DOUBLE, offsetof(Sampler, rate), READONLY, "sampled requests per second"},
-    {"route_interval", T_DOUBLE, offsetof(Sampler, route_interval), READONLY,
+    {"rate", Py_T_DOUBLE, offsetof(Sampler, rate), Py_READONLY, "sampled requests per second"},
+    {"route_interval", Py_T_DOUBLE, offsetof(Sampler, route_interval), Py_READONLY,
      "seconds between two route-rule samples of one route shape"},
+    {"seen", Py_T_ULONGLONG, offsetof(Sampler, seen), Py_READONLY,
+     "requests decided on so far, sampled or not"},
     {NULL},
 };
 
@@ -296,27 +298,11 @@ static PyTypeObject SamplerType = {
     .tp_members = sampler_members,
 };
 
-static PyObject *
-shape_of(PyObject *module, PyObject *path)
-{
-    if (!PyUnicode_Check(path)) {
-        PyErr_SetString(PyExc_TypeError, "route_shape() takes a str");
-        return NULL;
-    }
-    return route_shape(path, slash_str, id_str);
-}
-
-static PyMethodDef module_methods[] = {
-    {"route_shape", shape_of, METH_O, "route_shape(path) -> the path with ids as :id"},
-    {NULL},
-};
-
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "profiler_host._sampling",
     .m_doc = "The sampler's per-request decision in C (see profiler_host.sampler).",
     .m_size = -1,
-    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
@@ -325,15 +311,12 @@ PyInit__sampling(void)
     PyObject *module;
     if (PyType_Ready(&SamplerType) < 0)
         return NULL;
-    slash_str = PyUnicode_InternFromString("/");
-    id_str = PyUnicode_InternFromString(":id");
-    if (slash_str == NULL || id_str == NULL)
-        return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "Sampler", (PyObject *)&SamplerType) < 0 ||
-        PyModule_AddIntConstant(module, "MAX_ROUTES", MAX_ROUTES) < 0) {
+        PyModule_AddIntConstant(module, "MAX_ROUTES", MAX_ROUTES) < 0 ||
+        PyModule_AddIntConstant(module, "HEX_ID_LENGTH", HEX_ID_LENGTH) < 0) {
         Py_DECREF(module);
         return NULL;
     }

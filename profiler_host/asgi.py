@@ -1,12 +1,14 @@
-"""ASGI middleware: http requests and websocket connections are requests; lifespan and
-anything else pass through."""
+"""ASGI middleware: http requests and websocket connections are requests (each one counted,
+the sampled ones recorded); lifespan and anything else pass through."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
+from time import monotonic_ns
 from typing import Any
 
 from profiler_host.recording import CURRENT
+from profiler_host.routes import asgi_route
 from profiler_host.runtime import active, reset
 
 Scope = MutableMapping[str, Any]
@@ -16,6 +18,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 FORCE_HEADER = b"x-profiler-force"
+_REQUESTS = frozenset(("http", "websocket"))
 
 
 class ProfilerMiddleware:
@@ -25,18 +28,16 @@ class ProfilerMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         profiler = active()
         kind = scope.get("type")
-        if profiler is None or kind not in ("http", "websocket"):
+        if profiler is None or kind not in _REQUESTS:
             await self.app(scope, receive, send)
             return
+        # a request that is not sampled pays this, the sampler's C call and its count;
+        # headers are read only where a secret can force a request
+        path = scope.get("path") or "/"
+        forced = profiler.force_secret is not None and profiler.forced(_header(scope, FORCE_HEADER))
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
-        # headers are read only where a secret can force a request: every request pays this
-        forced = bool(profiler.settings.force_secret) and profiler.forced(
-            _header(scope, FORCE_HEADER)
-        )
-        request = profiler.begin(scope.get("path") or "/", method, forced)
-        if request is None:
-            await self.app(scope, receive, send)
-            return
+        request = profiler.open(path, method, forced) if forced or profiler.decide(path) else None
+        started = monotonic_ns()
         status = 0
 
         async def capture_status(message: Message) -> None:
@@ -47,16 +48,21 @@ class ProfilerMiddleware:
                 status = 101
             await send(message)
 
-        token = CURRENT.set(request.main)
+        token = CURRENT.set(request.main) if request is not None else None
         try:
             await self.app(scope, receive, capture_status)
         except BaseException:
             status = status or 500
             raise
         finally:
-            request.route = getattr(scope.get("route"), "path", None) or request.route
-            reset(token)
-            profiler.end(request, status)
+            route = asgi_route(scope)
+            if request is None:  # unsampled: only counted
+                profiler.count(route or path, method, status, monotonic_ns() - started)
+            else:
+                request.route = route or request.route
+                if token is not None:
+                    reset(token)
+                profiler.end(request, status)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -13,8 +13,9 @@ from profiler_core.wire import framing, ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_core.wire.columns import EventColumns
 from profiler_host import recording
+from profiler_host.events import EVENT_INTS
 from profiler_host.functions import FunctionRegistry
-from profiler_host.recording import EVENT_INTS, Lane, Request
+from profiler_host.recording import Lane, Request
 
 
 class PyLaneColumns(EventColumns):
@@ -93,9 +94,10 @@ class Batcher:
         drops: tuple[Counter, Counter] | None,
     ) -> BatchBuilder:
         """What the requests recorded since the last batch, their ends, new definitions."""
-        builder = BatchBuilder(_LaneColumns())
+        columns = _LaneColumns()
+        builder = BatchBuilder(columns)
         for request in [*running, *finished]:
-            self._add_request(builder, request)
+            self._add_request(builder, columns, request)
         for request in finished:
             # the route again: a framework matches its template after the start went out
             builder.end(
@@ -116,13 +118,15 @@ class Batcher:
             builder.drops(dict(drops[0]), dict(drops[1]))
         return builder
 
-    def _add_request(self, builder: BatchBuilder, request: Request) -> None:
+    def _add_request(
+        self, builder: BatchBuilder, columns: recording.LaneColumns, request: Request
+    ) -> None:
         if request.id not in self.announced:
             self.announced.add(request.id)
             builder.start(request.id, request.route, request.method, request.start_ns)
         for lane in list(request.lanes):
             self._announce_lane(builder, request, lane)
-            lane.drain_into(builder.events)
+            lane.drain_into(columns)
 
     def _announce_lane(self, builder: BatchBuilder, request: Request, lane: Lane) -> None:
         key = (request.id, lane.id)

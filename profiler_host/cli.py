@@ -14,20 +14,12 @@ import sys
 from pathlib import Path
 
 from profiler_core.config import build_parser, explicit
+from profiler_host.default_include import Default, default_include
 from profiler_host.settings import BY_NAME, OPTIONS, HostSettings
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
-_APP_SPEC = re.compile(r"^([A-Za-z_][\w]*)(\.[\w.]+)?:[A-Za-z_][\w.()]*$")
-
-
-def app_package(command: list[str]) -> str | None:
-    """`pkg` for a gunicorn/uvicorn app spec like `pkg.module:app` in the command."""
-    for arg in command[1:]:
-        match = _APP_SPEC.match(arg)
-        if match:
-            return match.group(1)
-    return None
+INCLUDE_ENV = BY_NAME["include"].env
 
 
 def script_command(command: list[str]) -> list[str]:
@@ -38,19 +30,30 @@ def script_command(command: list[str]) -> list[str]:
     return command
 
 
-def environment(args: argparse.Namespace, command: list[str], base: dict[str, str]) -> dict:
+def environment(
+    args: argparse.Namespace, command: list[str], base: dict[str, str], default: Default
+) -> dict:
+    """The command's environment: the options as env vars over `base`, `default`'s globs
+    where no `--include` is given."""
     env = dict(base)
     for option in OPTIONS:
         value = getattr(args, option.dest)
         if value is not None:
             env[option.env] = value
-    package = app_package(command)
-    if package:
-        env.setdefault(BY_NAME["include"].env, f"{package}.*")
+    env.setdefault(INCLUDE_ENV, ",".join(default.globs))
     env.setdefault(BY_NAME["service"].env, os.path.basename(command[0]))
     HostSettings.load(environ=env)  # fail here, with the option's name, not in the app
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITE_DIR), base.get("PYTHONPATH")]))
     return env
+
+
+def include_notice(default: Default) -> str:
+    """What is instrumented without `--include`, said once at start."""
+    return (
+        f"profiler-host: instrumenting {', '.join(default.globs)} ({default.why}); "
+        f"--include (or {INCLUDE_ENV}) names the modules to instrument instead, e.g. "
+        "--include myproject,myapp"
+    )
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -73,10 +76,13 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] != "run":
         sys.exit("usage: profiler-host run [options] -- COMMAND [ARGS...]  (see --help)")
     args, command = parse(argv)
+    default = default_include(command, Path.cwd())
     try:
-        env = environment(args, command, dict(os.environ))
+        env = environment(args, command, dict(os.environ), default)
     except ValueError as exc:
         sys.exit(f"profiler-host: {exc}")
+    if args.include is None and INCLUDE_ENV not in os.environ:
+        print(include_notice(default), file=sys.stderr)
     executable = shutil.which(command[0], path=env.get("PATH"))
     if executable is None:
         sys.exit(f"profiler-host: command not found: {command[0]}")

@@ -14,6 +14,7 @@ not cached. Every failure here means a miss.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import marshal
 import os
@@ -35,8 +36,8 @@ _FORMAT = 1
 def _rewriter_fingerprint() -> bytes:
     """The interpreter's full version and the sources of everything that writes rewritten
     code: the rewriter, the location encoder and every version's layout."""
-    modules = [Path(m.__file__) for m in (rewriter, codetables)]
-    modules += sorted(Path(layouts.__file__).parent.glob("*.py"))
+    modules = [Path(inspect.getfile(m)) for m in (rewriter, codetables)]
+    modules += sorted(Path(inspect.getfile(layouts)).parent.glob("*.py"))
     source = b"".join(path.read_bytes() for path in modules)
     return hashlib.sha256(source + sys.version.encode() + bytes([_FORMAT])).digest()
 

@@ -128,7 +128,7 @@ def check(code: CodeType) -> None:
         raise CodeTablesError(f"the line table describes {described} code units, not {units}")
     starts = {ins.offset for ins in dis.get_instructions(code)}
     end_of_previous = 0
-    for entry in dis._parse_exception_table(code):  # the only parser there is
+    for entry in dis._parse_exception_table(code):  # type: ignore[attr-defined]  # the only parser
         if not end_of_previous <= entry.start < entry.end <= units * 2:
             raise CodeTablesError(f"exception entry {entry.start}-{entry.end} out of place")
         if entry.target not in starts:

@@ -2,9 +2,9 @@
 
 Each hook swallows `Exception` (counted, logged once) so user code never sees one;
 `BaseException` (KeyboardInterrupt from a signal handler) passes through unchanged.
-A token is `(lane.record, function << KIND_BITS, call id, lane)` for plain calls and
-`[lane, function << KIND_BITS, call id, suspended, stamp]` for generators and coroutines
-(events are recorded as `recording` describes).
+Events and tokens are as `events` defines them: a plain call's token is `(lane, function <<
+KIND_BITS, call id)`, a generator's or coroutine's a list of the same and `suspended`,
+`stamp`.
 
 A frame that gives control away through `await`/`yield from` runs no hook then (nothing
 may stand between SEND and YIELD_VALUE), so its suspension is recorded when it resumes,
@@ -27,21 +27,28 @@ import sys
 import threading
 from threading import get_ident
 from time import monotonic_ns
+from typing import Any
 
-from profiler_core.model import EventKind, LaneKind
+from profiler_core.model import LaneKind
 from profiler_host import recording
-from profiler_host.recording import KIND_BITS
+from profiler_host.events import (
+    ENTER,
+    EXIT,
+    EXIT_CANCELLED,
+    EXIT_EXCEPTION,
+    KIND_BITS,
+    READY,
+    RESUME,
+    SUSPEND,
+    TOKEN_CALL,
+    TOKEN_FK,
+    TOKEN_LANE,
+    TOKEN_STAMP,
+    TOKEN_SUSPENDED,
+)
 from profiler_host.rewriter import Hooks
 
 log = logging.getLogger("profiler_host")
-
-ENTER = int(EventKind.ENTER)
-EXIT = int(EventKind.EXIT)
-EXIT_EXCEPTION = int(EventKind.EXIT_EXCEPTION)
-SUSPEND = int(EventKind.SUSPEND)
-RESUME = int(EventKind.RESUME)
-READY = int(EventKind.READY)
-EXIT_CANCELLED = int(EventKind.EXIT_CANCELLED)
 
 
 class Gate(list):
@@ -53,7 +60,7 @@ class Gate(list):
     request in flight is pickled.
     """
 
-    __hash__ = object.__hash__
+    __hash__ = object.__hash__  # type: ignore[assignment]  # list's is None
 
     def __reduce__(self) -> tuple:
         return (tuple, ())
@@ -62,9 +69,15 @@ class Gate(list):
 ACTIVE = Gate()
 UNCLAIMED = 0  # Lane.thread of a lane made for work that has not started yet
 errors = [0]  # hook failures since start
+
+# A plain call's token: (lane, function << KIND_BITS, call id).
+PlainToken = tuple[recording.Lane, int, int]
+# A resumable call's token: [lane, function << KIND_BITS, call id, suspended, stamp].
+ResumableToken = list[Any]
+
 # lane -> tokens of the resumable calls its events show running, oldest first; a lane's
 # entry goes when its list empties (tokens never hold the list)
-_RUNNING: dict[recording.Lane, list[list]] = {}
+_RUNNING: dict[recording.Lane, list[ResumableToken]] = {}
 
 
 def _failed(exc: BaseException | None = None) -> None:
@@ -92,7 +105,7 @@ def _own_lane(lane: recording.Lane) -> recording.Lane:
     return request.spawn(lane, LaneKind.THREAD, threading.current_thread().name)
 
 
-def enter(lane: recording.Lane, fid: int) -> tuple | None:
+def enter(lane: recording.Lane, fid: int) -> PlainToken | None:
     try:
         if lane.thread != get_ident():
             lane = _own_lane(lane)
@@ -104,22 +117,21 @@ def enter(lane: recording.Lane, fid: int) -> tuple | None:
                 request.unrecorded += 1
             return None
         fk = fid << KIND_BITS
-        record = lane.record
         now = monotonic_ns()
         if _RUNNING:
             _resume_thrown(lane, now)
-        record((fk | ENTER, cid, now))
-        return (record, fk, cid, lane)
+        lane.record((fk | ENTER, cid, now))
+        return (lane, fk, cid)
     except Exception:
         _failed()
         return None
 
 
-def enter_resumable(lane: recording.Lane, fid: int) -> list | None:
+def enter_resumable(lane: recording.Lane, fid: int) -> ResumableToken | None:
     token = enter(lane, fid)
     if token is None:
         return None
-    resumable = [token[3], token[1], token[2], False, token[2]]
+    resumable = [*token, False, token[TOKEN_CALL]]  # not suspended, stamped with its call id
     try:
         _running_push(resumable)
     except Exception:
@@ -127,28 +139,29 @@ def enter_resumable(lane: recording.Lane, fid: int) -> list | None:
     return resumable
 
 
-def _running_push(token: list) -> None:
-    running = _RUNNING.get(token[0])
+def _running_push(token: ResumableToken) -> None:
+    lane = token[TOKEN_LANE]
+    running = _RUNNING.get(lane)
     if running is None:
-        _RUNNING[token[0]] = [token]
+        _RUNNING[lane] = [token]
     elif token not in running:
         running.append(token)
 
 
-def _suspend_top(lane: recording.Lane, running: list[list], since: int) -> None:
+def _suspend_top(lane: recording.Lane, running: list[ResumableToken], since: int) -> None:
     """Pops the top of a lane's running calls, a frame that gave control away without a
     hook: unless its SUSPEND is recorded already, it is recorded at `since` (its own resume
     hook then records only the RESUME)."""
     top = running.pop()
-    if not top[3]:
-        top[3] = True
-        lane.record((top[1] | SUSPEND, top[2], since))
+    if not top[TOKEN_SUSPENDED]:
+        top[TOKEN_SUSPENDED] = True
+        lane.record((top[TOKEN_FK] | SUSPEND, top[TOKEN_CALL], since))
 
 
-def _running_pop(token: list, now: int) -> None:
+def _running_pop(token: ResumableToken, now: int) -> None:
     """Takes `token` off its lane's running calls; those above it (awaits that gave
     control away without a hook) are suspended since the lane's last event first."""
-    lane = token[0]
+    lane = token[TOKEN_LANE]
     running = _RUNNING.get(lane)
     if running is None or token not in running:
         return
@@ -165,11 +178,11 @@ def _resume_thrown(lane: recording.Lane, now: int) -> None:
     exception thrown in (a cancellation, a failed await): that resumed it with no hook, so
     its frames resume now, outermost first."""
     running = _RUNNING.get(lane)
-    if running and running[-1][3]:
+    if running and running[-1][TOKEN_SUSPENDED]:
         for token in running:
-            if token[3]:
-                token[3] = False
-                lane.record((token[1] | RESUME, token[2], now))
+            if token[TOKEN_SUSPENDED]:
+                token[TOKEN_SUSPENDED] = False
+                lane.record((token[TOKEN_FK] | RESUME, token[TOKEN_CALL], now))
 
 
 def _since(lane: recording.Lane, now: int) -> int:
@@ -182,48 +195,49 @@ def _suspend_let_run(lane: recording.Lane, cid: int, now: int) -> None:
     """A plain call `cid` exits: the resumable calls it let run and that gave control away
     without a hook (`yield from` into a generator it called `next()` on) are suspended."""
     running = _RUNNING.get(lane)
-    if not running or running[-1][4] <= cid:
+    if not running or running[-1][TOKEN_STAMP] <= cid:
         return
     since = _since(lane, now)
-    while running and running[-1][4] > cid:
+    while running and running[-1][TOKEN_STAMP] > cid:
         _suspend_top(lane, running, since)
     if not running:
         _RUNNING.pop(lane, None)
 
 
-def exit(token: tuple) -> None:
+def exit(token: PlainToken) -> None:
     try:
+        lane, fk, cid = token
         now = monotonic_ns()
         if _RUNNING:
-            _resume_thrown(token[3], now)
-            _suspend_let_run(token[3], token[2], now)
-        if token[3].request.event_cap:  # 0: the request ended (Request.finish)
-            token[0]((token[1] | EXIT, token[2], now))
+            _resume_thrown(lane, now)
+            _suspend_let_run(lane, cid, now)
+        if lane.request.event_cap:  # 0: the request ended (Request.finish)
+            lane.record((fk | EXIT, cid, now))
     except Exception:
         _failed()
 
 
-def _exit_resumable(token: list, kind: int) -> None:
+def _exit_resumable(token: ResumableToken, kind: int) -> None:
     """A frame still marked suspended was resumed by an exception thrown in (or by its
     delegate returning on one) with no hook: its RESUME comes first."""
     now = monotonic_ns()
-    lane = token[0]
+    lane = token[TOKEN_LANE]
     _resume_thrown(lane, now)
-    if token[3]:
-        lane.record((token[1] | RESUME, token[2], now))
-        token[3] = False
+    if token[TOKEN_SUSPENDED]:
+        lane.record((token[TOKEN_FK] | RESUME, token[TOKEN_CALL], now))
+        token[TOKEN_SUSPENDED] = False
     _running_pop(token, now)
-    lane.record((token[1] | kind, token[2], now))
+    lane.record((token[TOKEN_FK] | kind, token[TOKEN_CALL], now))
 
 
-def exit_resumable(token: list) -> None:
+def exit_resumable(token: ResumableToken) -> None:
     try:
         _exit_resumable(token, EXIT)
     except Exception:
         _failed()
 
 
-def exit_exception(token: tuple | list, exc: BaseException) -> None:
+def exit_exception(token: PlainToken | ResumableToken, exc: BaseException) -> None:
     """Asyncio's cancellation and `close()` (GeneratorExit) end a call as cancelled, other
     exceptions as raised. (No helper functions: near the recursion limit, each Python frame
     a hook adds is one that can fail.)"""
@@ -231,86 +245,83 @@ def exit_exception(token: tuple | list, exc: BaseException) -> None:
         # asyncio is not imported here: until the app imports it, nothing is cancelled
         cancelled = getattr(sys.modules.get("asyncio.exceptions"), "CancelledError", ())
         kind = EXIT_CANCELLED if isinstance(exc, (GeneratorExit, cancelled)) else EXIT_EXCEPTION
-        if token.__class__ is list:
+        if isinstance(token, list):
             _exit_resumable(token, kind)
         else:
+            lane, fk, cid = token
             now = monotonic_ns()
             if _RUNNING:
-                _resume_thrown(token[3], now)
-                _suspend_let_run(token[3], token[2], now)
-            if token[3].request.event_cap:
-                token[0]((token[1] | kind, token[2], now))
+                _resume_thrown(lane, now)
+                _suspend_let_run(lane, cid, now)
+            if lane.request.event_cap:
+                lane.record((fk | kind, cid, now))
     except Exception:
         _failed()
 
 
-def suspend(token: list) -> None:
+def suspend(token: ResumableToken) -> None:
     try:
-        lane, fk, cid = token[0], token[1], token[2]
+        lane, fk, cid = token[TOKEN_LANE], token[TOKEN_FK], token[TOKEN_CALL]
         now = monotonic_ns()
         _resume_thrown(lane, now)
-        if token[3]:  # a throw() caught inside the generator resumed it without a hook
+        if token[TOKEN_SUSPENDED]:  # a throw() caught inside the generator resumed it
             lane.record((fk | RESUME, cid, now))
         else:
             _running_pop(token, now)
         lane.record((fk | SUSPEND, cid, now))
-        token[3] = True
+        token[TOKEN_SUSPENDED] = True
     except Exception:
         _failed()
 
 
-def _stamp(token: list) -> None:
-    """Marks `token` as running from now with a fresh call id (see the module's docstring;
-    ids need only be unique and increasing)."""
-    token[4] = next(token[0].request.calls)
+def _set_running(token: ResumableToken) -> None:
+    """`token` runs from now: not suspended, stamped with a fresh call id (see the module's
+    docstring; ids need only be unique and increasing), listed as running on its lane."""
+    token[TOKEN_SUSPENDED] = False
+    token[TOKEN_STAMP] = next(token[TOKEN_LANE].request.calls)
+    _running_push(token)
 
 
-def resume(token: list) -> None:
+def resume(token: ResumableToken) -> None:
     try:
-        token[0].record((token[1] | RESUME, token[2], monotonic_ns()))
-        token[3] = False
-        _stamp(token)
-        _running_push(token)
+        token[TOKEN_LANE].record((token[TOKEN_FK] | RESUME, token[TOKEN_CALL], monotonic_ns()))
+        _set_running(token)
     except Exception:
         _failed()
 
 
-def resume_delegated(token: list) -> None:
+def resume_delegated(token: ResumableToken) -> None:
     """After `yield from`/`await` gave control away: the frame was suspended since the
     lane's last event (the delegate's own yield, when it is instrumented). A frame marked
     suspended already has its SUSPEND recorded: it was thrown into at a plain yield
     (aclose(), athrow()) and awaited while handling that, or it is the inner part of an
     await chain whose outer frame resumed first (see `_RUNNING`)."""
     try:
-        lane, fk, cid, suspended, _ = token
+        lane, fk, cid = token[TOKEN_LANE], token[TOKEN_FK], token[TOKEN_CALL]
         now = monotonic_ns()
-        if not suspended:
+        if not token[TOKEN_SUSPENDED]:
             since = _since(lane, now)
             _running_pop(token, now)
             lane.record((fk | SUSPEND, cid, since))
         lane.record((fk | RESUME, cid, now))
-        token[3] = False
-        _stamp(token)
-        _running_push(token)
+        _set_running(token)
     except Exception:
         _failed()
 
 
-def thrown(token: list) -> None:
+def thrown(token: ResumableToken) -> None:
     """An exception handler of a generator or coroutine starts. When the frame was suspended,
     the exception thrown in (`throw()`, `athrow()`, `close()`, a cancelled await) resumed it
     without a hook: it runs from now, so what the handler calls nests under it."""
     try:
-        if not token[3]:
+        if not token[TOKEN_SUSPENDED]:
             return
-        lane = token[0]
+        lane = token[TOKEN_LANE]
         now = monotonic_ns()
         _resume_thrown(lane, now)  # a woken await chain it belongs to resumes whole
-        if token[3]:  # suspended at a plain yield
-            lane.record((token[1] | RESUME, token[2], now))
-            token[3] = False
-            _stamp(token)
-            _running_push(token)
+        if token[TOKEN_SUSPENDED]:  # suspended at a plain yield
+            lane.record((token[TOKEN_FK] | RESUME, token[TOKEN_CALL], now))
+            _set_running(token)
     except Exception:
         _failed()
 
@@ -346,11 +357,11 @@ def ready(lane: recording.Lane) -> None:
         now = monotonic_ns()
         since = _since(lane, now)
         for token in reversed(running):
-            if not token[3]:
-                lane.record((token[1] | SUSPEND, token[2], since))
-                token[3] = True
+            if not token[TOKEN_SUSPENDED]:
+                lane.record((token[TOKEN_FK] | SUSPEND, token[TOKEN_CALL], since))
+                token[TOKEN_SUSPENDED] = True
         for token in running:
-            lane.record((token[1] | READY, token[2], now))
+            lane.record((token[TOKEN_FK] | READY, token[TOKEN_CALL], now))
     except Exception as exc:
         _failed(exc)
 

@@ -25,17 +25,40 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ExtensionFileLoader, ModuleSpec
 from types import CodeType, FunctionType, ModuleType
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from profiler_host.instrumenter import Instrumenter, compiled_from_a_file
+
+
+class ModuleSet:
+    """Modules, not kept alive where they can be weakly referenced; module-like objects
+    that cannot be (cffi's `Lib`, which `cryptography` puts in sys.modules) are held, as
+    sys.modules holds them for the process's life."""
+
+    def __init__(self) -> None:
+        self._weak: weakref.WeakSet[ModuleType] = weakref.WeakSet()
+        self._held: set[ModuleType] = set()
+
+    def add(self, module: ModuleType) -> None:
+        try:
+            self._weak.add(module)
+        except TypeError:
+            self._held.add(module)
+
+    def update(self, modules: Iterable[ModuleType]) -> None:
+        for module in modules:
+            self.add(module)
+
+    def __contains__(self, module: object) -> bool:
+        return module in self._weak or module in self._held
 
 
 class InstrumentingFinder(MetaPathFinder):
     def __init__(self, instrumenter: Instrumenter) -> None:
         self.instrumenter = instrumenter
         self._subclasses: dict[type, type] = {}
-        self._handled: weakref.WeakSet[ModuleType] = weakref.WeakSet()  # ran through us
-        self._swept: weakref.WeakSet[ModuleType] = weakref.WeakSet()  # there at install
+        self._handled = ModuleSet()  # ran through us
+        self._swept = ModuleSet()  # there at install
         # to instrument once imported and finished (other threads add while we look)
         self._pending: dict[str, None] = {}
         self._unwrapped: dict[str, str] = {}  # module -> why its loader was left as it was
@@ -205,7 +228,10 @@ def spec_from_others(
     return None
 
 
-def as_subclass(loader: object, sub: type) -> object:
+_Loader = TypeVar("_Loader")
+
+
+def as_subclass(loader: _Loader, sub: type) -> _Loader:
     """An instance of `sub` (a subclass of the loader's own class) sharing the loader's
     attributes: a stateful loader (pytest's rewriter flags itself while it writes its
     cache, and its finder half reads the flag) sees one state whichever of the two runs."""

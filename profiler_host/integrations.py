@@ -20,7 +20,7 @@ from profiler_host.importer import as_subclass, spec_from_others
 log = logging.getLogger("profiler_host")
 
 
-def _patch_gunicorn(util: ModuleType) -> None:
+def _patch_gunicorn(util: Any) -> None:  # gunicorn.util, which has no types
     original = util.import_app
 
     def import_app(module: str) -> Any:

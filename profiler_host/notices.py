@@ -1,5 +1,6 @@
-"""What the host tells at exit when a run recorded less than it seems to: wanted modules
-with no instrumented function, a process that sampled nothing, calls past the event cap.
+"""What the host tells when a run records less than it seems to: at exit, wanted modules
+with no instrumented function, a process that sampled nothing, calls past the event cap;
+as it happens, a first sampled request that ran no instrumented function.
 
 A green run that recorded nothing looks like a profile of nothing: these go through the
 `profiler_host` logger (stderr under `profiler-host run`), once per process.
@@ -56,4 +57,20 @@ def calls_not_recorded(request: Request) -> None:
         "--max-request-events per request.",
         request.event_cap,
         request.unrecorded,
+    )
+
+
+def ran_no_call(request: Request, include: tuple[str, ...]) -> None:
+    """When `request` (ended) ran no instrumented function, says which modules are
+    instrumented and how to widen them (a Django project whose views sit outside the
+    package of its `wsgi.py`, run with `--include` of that package)."""
+    if next(request.calls) > 1:  # a call id was handed out (one more changes nothing now)
+        return
+    log.warning(
+        "request-profiler: the sampled request %s ran no instrumented function: only "
+        "modules matching --include %r are instrumented. Name the packages of your app's "
+        "code (views, endpoints) with --include (PROFILER_INCLUDE), e.g. --include "
+        "myproject,myapp.",
+        " ".join(filter(None, (request.method, request.route))),
+        ",".join(include) or "__main__",
     )

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard
 
 from profiler_core.model import LaneKind
 from profiler_host import integrations, recording
@@ -53,7 +53,7 @@ class _PyInLane:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         lane, work = self.lane, self.work
-        if work is None:
+        if lane is None or work is None:
             raise RuntimeError("InLane: its work ran already")
         self.lane = self.work = None
         token = CURRENT.set(lane)
@@ -88,7 +88,7 @@ def _child_lane(kind: LaneKind, name: str) -> Lane | None:
     return child
 
 
-def _brings_context(func: Callable) -> bool:
+def _brings_context(func: Callable) -> TypeGuard[functools.partial]:
     """Whether `func` runs its work in a context it brings: asyncio.to_thread hands over
     `partial(context.run, work, ...)`."""
     return (
@@ -194,8 +194,7 @@ _factories = weakref.WeakKeyDictionary()
 
 def follow_loop() -> None:
     """Called as each request is sampled: a running loop that is not a `BaseEventLoop`
-    (uvloop) gets our task factory, until `uninstall`. Its tasks' waits get no ready time
-    (its `call_soon` cannot be patched)."""
+    (uvloop, whose `create_task` is compiled) gets our task factory, until `uninstall`."""
     loop = asyncio._get_running_loop()
     if loop is None or isinstance(loop, asyncio.BaseEventLoop) or loop in _factories:
         return
@@ -221,11 +220,11 @@ def _thread_start(original: Callable) -> Callable:
         if lane is None:
             original(self)
             return
-        self._bootstrap = InLane(lane, self._bootstrap)
+        self._bootstrap = InLane(lane, self._bootstrap)  # type: ignore[attr-defined]
         try:
             original(self)
         finally:
-            del self._bootstrap
+            del self._bootstrap  # type: ignore[attr-defined]
 
     return start
 
@@ -282,9 +281,10 @@ def _handle_run(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def _run(self: asyncio.Handle) -> None:
-        context = self._context
+        context = self._context  # type: ignore[attr-defined]
+        callback = self._callback  # type: ignore[attr-defined]
         if context.get(CURRENT) is None or isinstance(
-            getattr(self._callback, "__self__", None), asyncio.Task
+            getattr(callback, "__self__", None), asyncio.Task
         ):
             return original(self)
         token = context.run(CURRENT.set, None)
@@ -316,9 +316,12 @@ _PATCHES: list[tuple[object, str, Wrap]] = [
     (threading.Thread, "start", _thread_start),
     (ThreadPoolExecutor, "submit", _submit),
 ]
-_MODULE_PATCHES: list[tuple[str, str, Wrap]] = [
-    ("anyio.to_thread", "run_sync", _anyio_run_sync),
-]
+# module -> (class in it, or "" for the module itself; attribute; wrapper), patched once
+# the module is imported. uvloop's loop methods are not patched: its tasks get lanes from
+# `follow_loop`, but its callbacks run in the lane they were scheduled from (docs/limits.md)
+_MODULE_PATCHES: dict[str, list[tuple[str, str, Wrap]]] = {
+    "anyio.to_thread": [("", "run_sync", _anyio_run_sync)],
+}
 
 
 def _patch(owner: object, name: str, wrap: Wrap) -> None:
@@ -341,17 +344,24 @@ def install() -> None:
     _installed = True
     for owner, name, wrap in _PATCHES:
         _patch(owner, name, wrap)
-    for module_name, name, wrap in _MODULE_PATCHES:
+    for module_name in _MODULE_PATCHES:
         module = sys.modules.get(module_name)
         if module is None:
-            integrations.after_import(module_name, functools.partial(_imported, name, wrap))
-        elif hasattr(module, name):
-            _patch(module, name, wrap)
+            integrations.after_import(module_name, _imported)
+        else:
+            _patch_module(module)
 
 
-def _imported(name: str, wrap: Wrap, module: ModuleType) -> None:
-    if _installed and hasattr(module, name):
-        _patch(module, name, wrap)
+def _imported(module: ModuleType) -> None:
+    if _installed:
+        _patch_module(module)
+
+
+def _patch_module(module: ModuleType) -> None:
+    for owner_name, name, wrap in _MODULE_PATCHES[module.__name__]:
+        owner = getattr(module, owner_name) if owner_name else module
+        if hasattr(owner, name):
+            _patch(owner, name, wrap)
 
 
 def uninstall() -> None:

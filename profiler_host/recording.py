@@ -3,7 +3,7 @@
 One `ContextVar` (`CURRENT`) holds the current *lane* (a thread or task of a sampled
 request) and nothing else: per-call state lives in the frame's token, never here.
 
-A lane's buffer is a flat list of ints, three per event: the function id and kind packed
+A lane's buffer is a flat list of ints, three per event (`events`): the function id and kind packed
 (`function << KIND_BITS | kind`), the call id and the monotonic ns. Ints are not tracked
 by the garbage collector, so a long request does not make every collection slower (a
 tuple per event did), and the first two stay below 2**30, where CPython's int arithmetic
@@ -23,14 +23,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from time import monotonic_ns
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from profiler_core.model import MAIN_LANE, EventKind, LaneKind
+from profiler_core.model import MAIN_LANE, LaneKind
 from profiler_host import native
-
-EVENT_INTS = 3  # ints per event in a lane's buffer
-KIND_BITS = 3  # EventKind values are 0..6
-_KIND_MASK = (1 << KIND_BITS) - 1
+from profiler_host.events import CONSTANTS, EVENT_INTS, KIND_BITS, KIND_MASK
 
 CURRENT: ContextVar[Lane | None] = ContextVar("request_profiler_lane", default=None)
 
@@ -64,14 +61,18 @@ def _cores() -> tuple[type, type, str]:
     _hotpath = native.extension("_hotpath")
     if _hotpath is None:
         return _PyRequestCore, _PyLaneCore, "python"
-    kinds = ("ENTER", "EXIT", "EXIT_EXCEPTION", "SUSPEND", "RESUME", "EXIT_CANCELLED")
-    built_for = [_hotpath.KIND_BITS, *(getattr(_hotpath, kind) for kind in kinds)]
-    if built_for != [KIND_BITS, *(int(EventKind[kind]) for kind in kinds)]:
+    built_for = {name: getattr(_hotpath, name, None) for name in CONSTANTS}
+    if built_for != CONSTANTS:
         return _PyRequestCore, _PyLaneCore, "python"  # built from other sources: stale
     return _hotpath.RequestCore, _hotpath.LaneCore, "c"
 
 
-RequestCore, LaneCore, IMPLEMENTATION = _cores()
+if TYPE_CHECKING:  # the C cores have the Python twins' fields (_hotpath.pyi)
+    RequestCore = _PyRequestCore
+    LaneCore = _PyLaneCore
+    IMPLEMENTATION = "python"
+else:
+    RequestCore, LaneCore, IMPLEMENTATION = _cores()
 
 
 def _ended(event: tuple[int, int, int]) -> None:
@@ -123,6 +124,10 @@ class Request(RequestCore):
         """A new lane (thread or task) hung under `parent`'s call `parent_call`."""
         return self._add_lane(next(self._lane_ids), kind, name, parent, parent_call)
 
+    @property
+    def duration_ns(self) -> int:
+        return (self.end_ns or monotonic_ns()) - self.start_ns
+
     def finish(self, status: int = 0) -> None:
         """Ends the request and its recording: threads, tasks and pool work that outlive
         it (a pool's worker thread started by it, a task left running) record nothing
@@ -138,7 +143,7 @@ class Request(RequestCore):
 
 def kind_of(function_kind: int) -> int:
     """The kind of an event from its first int."""
-    return function_kind & _KIND_MASK
+    return function_kind & KIND_MASK
 
 
 Columns = tuple[bytes, list[int], list[int], list[int]]  # kinds, functions, calls, ns
@@ -148,7 +153,7 @@ def columns(buffer: list[int], start: int, stop: int) -> Columns:
     """The wire's columns of `buffer[start:stop]`: strided slices (no copy of the whole) and
     two comprehensions (the transport's C path, `batching.PackedColumns`, makes none)."""
     packed = buffer[start:stop:EVENT_INTS]
-    kinds = bytes([fk & _KIND_MASK for fk in packed])
+    kinds = bytes([fk & KIND_MASK for fk in packed])
     functions = [fk >> KIND_BITS for fk in packed]
     calls = buffer[start + 1 : stop : EVENT_INTS]
     return kinds, functions, calls, buffer[start + 2 : stop : EVENT_INTS]

@@ -269,7 +269,7 @@ def _clone(items: list, open_entries: list[TryBegin]) -> list:
     labels: dict[int, Label] = {}
     entries: dict[int, TryBegin] = {}
 
-    def label(old: Label) -> Label:
+    def label(old: object) -> Label:
         return labels.setdefault(id(old), Label())
 
     def begin(old: TryBegin) -> TryBegin:
@@ -400,6 +400,7 @@ class _Locations(ConcreteBytecode):
     def _pack_location(
         self, buf: bytearray, size: int, lineno: int, location: InstrLocation | None
     ) -> None:
+        line: int | None
         if location is None:  # bytecode's convention: the previous entry's line
             line, end_line, column, end_column = lineno, None, None, None
         else:

@@ -14,7 +14,16 @@ from contextlib import contextmanager, suppress
 from contextvars import Token
 from pathlib import Path
 
-from profiler_host import hooks, integrations, layouts, notices, observers, propagation, recording
+from profiler_host import (
+    hooks,
+    integrations,
+    layouts,
+    notices,
+    observers,
+    propagation,
+    recording,
+    routes,
+)
 from profiler_host.codecache import CodeCache, default_directory
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
@@ -36,12 +45,16 @@ class Profiler:
         self.instrumenter = Instrumenter(self.filter, self.registry, cache=_code_cache(settings))
         self.finder = InstrumentingFinder(self.instrumenter)
         self.sampler = new_sampler(settings.sample_rate, settings.route_interval)
+        # what every request pays: the middleware calls these straight, before `open`
+        self.decide = self.sampler.decide
+        self.force_secret = settings.force_secret or None
         self.transport = Transport(
             TransportSettings(
                 server=settings.server,
                 service=settings.service,
                 buffer_bytes=settings.buffer,
                 flush_interval=settings.flush_interval,
+                security=settings.security,
             ),
             self.registry,
             running=lambda: list(hooks.ACTIVE),
@@ -51,7 +64,8 @@ class Profiler:
         self._in_flight = threading.Lock()
         self._whole: Request | None = None
         self._instrumenting = False
-        self._offered = False  # a unit of work reached begin(), sampled or not
+        self._opened = False  # a unit of work was forced or sampled
+        self._judged_include = False  # did the first matched sampled request run calls
         self._forked = False  # a forked child leaves what its parent did to the parent
         self._imported_before_fork: frozenset[str] = frozenset()
         self.started = False
@@ -71,6 +85,7 @@ class Profiler:
             self.finder.install()
             self.instrumenter.sweep()
             self._instrumenting = True
+        routes.install()
         atexit.register(self.stop)
         if self.settings.whole_process:
             self._begin_whole_process()
@@ -102,7 +117,8 @@ class Profiler:
         if self._instrumenting:
             notices.uninstrumented(self.finder.uninstrumented(skip=self._imported_before_fork))
         serving = integrations.serving()
-        if not (self.settings.whole_process or self._offered or self._forked or serving):
+        offered = self._opened or self.sampler.seen > 0  # a unit of work was offered
+        if not (self.settings.whole_process or offered or self._forked or serving):
             notices.nothing_sampled()
 
     def after_fork_in_child(self) -> None:
@@ -131,8 +147,16 @@ class Profiler:
 
     def begin(self, route: str, method: str, forced: bool = False) -> Request | None:
         """A new sampled request, or None when this one is not recorded."""
-        self._offered = True
-        if not forced and (observers.watched() or not self.sampler.decide(route)):
+        if not (forced or self.decide(route)):
+            return None
+        return self.open(route, method, forced)
+
+    def open(self, route: str, method: str, forced: bool) -> Request | None:
+        """The request the sampler chose (or a forced one), or None when it is not recorded
+        after all: another tool watches the process, or the buffer is full. A middleware
+        calls `decide` and then this, so a request not sampled pays one C call."""
+        self._opened = True
+        if not forced and observers.watched():
             return None
         if self.transport.over_budget():
             self.transport.drop("buffer_full")
@@ -147,8 +171,17 @@ class Profiler:
         self.transport.start()  # a long request (whole process) streams while it runs
         return request
 
+    def count(self, route: str, method: str, status: int, duration_ns: int) -> None:
+        """An HTTP request ended, sampled or not: every one is counted."""
+        self.transport.counts.add(route, method, status, duration_ns)
+
     def end(self, request: Request, status: int = 0) -> None:
         request.finish(status)
+        if request.method:  # an HTTP request, not a job or the whole process
+            self.count(request.route, request.method, status, request.duration_ns)
+        if not self._judged_include and self._instrumenting and request.route != routes.UNMATCHED:
+            self._judged_include = True  # the first sampled request that ran the app's code
+            notices.ran_no_call(request, self.settings.include)
         with self._in_flight:
             with suppress(ValueError):  # already removed (a fork, or ended twice)
                 hooks.ACTIVE.remove(request)

@@ -8,7 +8,8 @@ regardless, so rare routes show up. Paths are shaped
 (numeric and id-like segments folded) so `/orders/17` and `/orders/18` are one route.
 
 Every request pays for the decision, sampled or not. `profiler_host._sampling` makes the
-same decision in C for about a tenth of this reference's cost (`new_sampler` picks it).
+same decision in C for about a tenth of this reference's cost (`new_sampler` picks it),
+keying each shape by a hash of it instead of building it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from time import monotonic
 from profiler_host import native
 
 _HEX_ID = frozenset("0123456789abcdefABCDEF-")
-MAX_ROUTES = 1000
+MAX_ROUTES = 1000  # route shapes remembered
+HEX_ID_LENGTH = 16  # hex-and-dash segments this long or longer are ids
 
 
 def route_shape(path: str) -> str:
@@ -28,7 +30,9 @@ def route_shape(path: str) -> str:
     every request, sampled or not: string methods, no regex."""
     return "/".join(
         [
-            ":id" if seg.isdecimal() or (len(seg) >= 16 and _HEX_ID.issuperset(seg)) else seg
+            ":id"
+            if seg.isdecimal() or (len(seg) >= HEX_ID_LENGTH and _HEX_ID.issuperset(seg))
+            else seg
             for seg in path.split("/")
         ]
     )
@@ -52,6 +56,7 @@ class Sampler:
         self._window_sampled = 0
         self._arrivals = rate  # smoothed requests per second
         self._routes: dict[str, float] = {}
+        self.seen = 0  # requests decided on, sampled or not
 
     @property
     def probability(self) -> float:
@@ -59,6 +64,7 @@ class Sampler:
 
     def decide(self, path: str) -> bool:
         """Counts the arrival and says whether to record it."""
+        self.seen += 1
         if self.rate <= 0:
             return False
         now = self._clock()
@@ -84,8 +90,10 @@ class Sampler:
 
 
 def new_sampler(rate: float, route_interval: float) -> Sampler:
-    """The C sampler when it is built (see the module's docstring), else this one."""
+    """The C sampler when it is built from these sources (see the module's docstring), else
+    this one."""
     _sampling = native.extension("_sampling")
-    if _sampling is None:
+    built_for = (getattr(_sampling, "MAX_ROUTES", None), getattr(_sampling, "HEX_ID_LENGTH", None))
+    if _sampling is None or built_for != (MAX_ROUTES, HEX_ID_LENGTH):
         return Sampler(rate, route_interval)
     return _sampling.Sampler(rate, route_interval)

@@ -19,7 +19,7 @@ def run(path: str, argv: list[str]) -> None:
         code = profiler.instrumenter.transform(code, "__main__")
     main = types.ModuleType("__main__")
     main.__file__ = path
-    main.__builtins__ = __builtins__
+    vars(main)["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
     sys.argv[:] = [path, *argv]
     sys.path[0] = os.path.dirname(os.path.abspath(path))

@@ -20,6 +20,7 @@ from profiler_core.config import (
     size,
 )
 from profiler_host.filters import parse_globs
+from profiler_host.security import ChannelSecurity, check_files
 
 OPTIONS = [
     Option("server", "127.0.0.1:50051", "profiling server's gRPC address (HOST:PORT)", address),
@@ -28,8 +29,8 @@ OPTIONS = [
         "include",
         "",
         "comma-separated modules or globs to instrument, each with its submodules, e.g. "
-        "'myapp' [default: the package of the WSGI/ASGI app under gunicorn/uvicorn, else "
-        "__main__]",
+        "'myapp' [default: for a gunicorn/uvicorn app, its package and the packages and "
+        "modules beside it; else __main__]",
         parse_globs,
     ),
     Option(
@@ -79,6 +80,21 @@ OPTIONS = [
         "[default: $XDG_CACHE_HOME/request-profiler or ~/.cache/request-profiler]",
     ),
     Option(
+        "token",
+        "",
+        "ingest token the server asks for (set it through the env var, which ps does not show)",
+    ),
+    Option(
+        "tls",
+        "false",
+        "connect over TLS, checking the server's certificate against the system's CAs "
+        "(implied by --tls-ca and --tls-cert)",
+        flag,
+    ),
+    Option("tls-ca", "", "PEM file of the CA that signed the server's certificate"),
+    Option("tls-cert", "", "PEM client certificate for a server that asks for one (mutual TLS)"),
+    Option("tls-key", "", "PEM private key of --tls-cert"),
+    Option(
         "force-secret",
         "",
         "when set, requests with header X-Profiler-Force: <secret> are always sampled",
@@ -103,6 +119,11 @@ class HostSettings:
     flush_timeout: float
     max_request_events: int
     code_cache: str
+    token: str
+    tls: bool
+    tls_ca: str
+    tls_cert: str
+    tls_key: str
     force_secret: str
 
     @classmethod
@@ -124,4 +145,10 @@ class HostSettings:
         values = resolve(OPTIONS, given, environ) | typed
         if not values["service"]:
             values["service"] = os.path.basename(sys.argv[0] if sys.argv else "") or "python"
-        return cls(**values)
+        settings = cls(**values)
+        check_files(settings.security)
+        return settings
+
+    @property
+    def security(self) -> ChannelSecurity:
+        return ChannelSecurity(self.token, self.tls, self.tls_ca, self.tls_cert, self.tls_key)

@@ -46,7 +46,7 @@ def depths(code: CodeType) -> dict[int, int]:
             index[offset] = len(instructions)
         prefixes.clear()
         instructions.append(ins)
-    entries = dis._parse_exception_table(code)  # the only parser there is
+    entries = dis._parse_exception_table(code)  # type: ignore[attr-defined]  # the only parser
     found: dict[int, int] = {}
     work: list[tuple[int, int]] = [(0, 0)]
 

@@ -1,7 +1,8 @@
 """Streams batches to the profiling server from one background thread.
 
-App threads only hand over finished requests (a deque append); encoding, the network,
-retries and waiting all happen here. Every batch stays in a byte-bounded backlog until
+App threads only hand over finished requests, and every request's count (deque appends);
+encoding, the network, retries and waiting all happen here; the counts go out every
+COUNTS_EVERY seconds. Every batch stays in a byte-bounded backlog until
 the server acks it as stored; after a reconnect (exponential backoff with jitter) the
 backlog is sent again under the same session, and the server stores each seq once. Over
 budget, whole requests are dropped before they are encoded and counted by reason; the
@@ -22,8 +23,8 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -31,12 +32,15 @@ from profiler_core.wire import ingest_pb2
 from profiler_host.batching import Batcher
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
+from profiler_host.request_counts import LOST, RequestCounts
+from profiler_host.security import ChannelSecurity
 
 log = logging.getLogger("profiler_host")
 
 METHOD = "/request_profiler.v1.Ingest/Stream"
 PROFILER_VERSION = "0.1.0"
 MAX_BACKOFF = 30.0
+COUNTS_EVERY = 5.0  # seconds between reports of every request's counts
 # CPython 3.12 starts no thread once the interpreter finalizes, not even in exit handlers
 # (3.11 and 3.13 do): there the first sampled request waits this long at most for the
 # stream's threads (see Transport.start)
@@ -50,6 +54,38 @@ class TransportSettings:
     buffer_bytes: int = 32 * 1024**2
     flush_interval: float = 0.2
     max_batch_events: int = 50_000
+    # all stored and nothing to send for this long: the stream ends until the next request
+    # (gRPC's reader and channel threads poll the GIL 15 times a second while it is open)
+    idle_close: float = 5.0
+    security: ChannelSecurity = field(default_factory=ChannelSecurity)
+
+
+# A server that refuses this host's credentials or certificate refuses them again on
+# every retry: what is recorded meanwhile is dropped and counted, not buffered.
+REFUSALS = {
+    grpc.StatusCode.UNAUTHENTICATED: "unauthenticated",
+    grpc.StatusCode.PERMISSION_DENIED: "permission_denied",
+}
+TLS_FAILURE = "tls_handshake"
+_TLS_WORDS = ("handshake", "ssl", "certificate", "tsi_")
+# Under TLS 1.3 a server that refuses the host's certificate closes the connection right
+# after the handshake: the host sees only this (a server away refuses the connection).
+_CLOSED_IN_HANDSHAKE = ("failed to connect", "socket closed")
+
+
+def refusal(error: grpc.RpcError, tls: bool) -> str | None:
+    """The drop reason when `error` means the server will not take this host's profiles."""
+    code = error.code()
+    if code in REFUSALS:
+        return REFUSALS[code]
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return None
+    details = (error.details() or "").lower()
+    if any(word in details for word in _TLS_WORDS):
+        return TLS_FAILURE
+    if tls and all(words in details for words in _CLOSED_IN_HANDSHAKE):
+        return TLS_FAILURE
+    return None
 
 
 class Transport:
@@ -70,6 +106,7 @@ class Transport:
         self._thread: threading.Thread | None = None
         self._idle = False  # the transport thread waits for a kick, with no timeout
         self._streaming = threading.Event()  # the first stream's threads run, or it failed
+        self._logged_refusals: set[tuple[str, str]] = set()
         self._pid = os.getpid()
         self._new_session()
 
@@ -82,9 +119,15 @@ class Transport:
         self.dropped_requests: Counter[str] = Counter()
         self.dropped_events: Counter[str] = Counter()
         self._unreported: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        self._backlog_requests: dict[int, int] = {}  # requests each unacked batch ends
         self.stored_batches = 0
+        self.idle_closes = 0  # streams ended for idleness (and opened again on demand)
+        self.refused: str | None = None  # why the server refused the last stream
         self.connected = False
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
+        self.counts = RequestCounts(self._counted)
+        self._counts_due = time.monotonic() + COUNTS_EVERY
+        self._counts_now = False  # a flush or stop sends the counts at once
 
     # --- app side: cheap, never blocks on the network -------------------------------
 
@@ -102,6 +145,12 @@ class Transport:
         """A request has ended; it is encoded and sent from the transport thread."""
         self._ensure_thread()
         self._finished.append(request)
+        self._kick()
+
+    def _counted(self) -> None:
+        """The first request counted since the last report: it goes out within
+        COUNTS_EVERY, even from an app none of whose requests is sampled."""
+        self._ensure_thread()
         self._kick()
 
     def _kick(self) -> None:
@@ -159,11 +208,12 @@ class Transport:
         if self._thread is None:
             return not self._finished
         deadline = time.monotonic() + timeout
+        self._counts_now = True
         self._wake.set()
         while time.monotonic() < deadline:
             with self._collecting:  # a request being encoded is in neither
-                if not self._finished and not self._backlog:
-                    return True
+                if not self._finished and not self._backlog and not self.counts.pending:
+                    return self.refused is None  # a refusing server stored nothing
             time.sleep(0.01)
         return False
 
@@ -181,61 +231,94 @@ class Transport:
     def _run(self) -> None:
         backoff = 0.5
         while not self._stopping.is_set():
-            channel = grpc.insecure_channel(
-                self.settings.server,
-                options=[("grpc.max_send_message_length", 64 * 1024**2)],
-            )
+            idle = False
             try:
-                self._serve_connection(channel)
-                backoff = 0.5
+                channel = self.settings.security.channel(self.settings.server)
+            except OSError as exc:  # a certificate file went away: as if refused
+                self._refuse(TLS_FAILURE, str(exc))
+                channel = None
+            try:
+                if channel is not None:
+                    idle = self._serve_connection(channel)
+                    if self.refused is None:
+                        backoff = 0.5
             except Exception as exc:  # the server is away: keep recording, retry later
                 log.debug("request-profiler: stream to %s ended: %s", self.settings.server, exc)
             finally:
                 self._streaming.set()  # whatever became of it, start() waits no more
                 self.connected = False
                 self._outbox = None
-                channel.close()
+                if channel is not None:
+                    channel.close()
+            if self.refused is not None:
+                self._abandon_backlog(self.refused)
             if self._stopping.is_set():
                 break
+            if idle:  # no thread of ours or gRPC's wakes until work comes (a kick)
+                self.idle_closes += 1
+                self._wake.clear()  # set by the ended stream's reader
+                if self._next_wait() is None and not self._stopping.is_set():
+                    self._wake.wait()
+                    self._wake.clear()
+                self._idle = False
+                continue
             self._collect()  # keep batching (within budget) while disconnected
             self._stopping.wait(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, MAX_BACKOFF)
 
-    def _serve_connection(self, channel: grpc.Channel) -> None:
+    def _serve_connection(self, channel: grpc.Channel) -> bool:
+        """Streams until the server goes, the profiler stops, or everything is stored and
+        nothing came for `idle_close` s (then True: the stream was ended for idleness)."""
+        self.refused = None  # each attempt may find the server's mind changed
         outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         outbox.put(self._hello())
         with self._lock:
             for payload in self._backlog.values():
                 outbox.put(payload)
         self._outbox = outbox
+        stream: grpc.StreamStreamMultiCallable[bytes, ingest_pb2.ServerMessage]
         stream = channel.stream_stream(
             METHOD,
             request_serializer=None,
             response_deserializer=ingest_pb2.ServerMessage.FromString,
         )
-        responses = stream(_drain(outbox))
+        responses = stream(_drain(outbox), metadata=self.settings.security.metadata())
         acks = threading.Thread(
             target=self._read_acks, args=(responses,), name="request-profiler-acks", daemon=True
         )
         acks.start()
         self._streaming.set()
         self.connected = True
+        idle = False
         while not self._stopping.is_set() and acks.is_alive():
-            self._wake.wait(self._next_wait())
+            wait = self._next_wait()
+            if wait is None and not self._backlog:
+                if not self._wake.wait(self.settings.idle_close):
+                    idle = True  # the server has it all and nothing came: half-close
+                    outbox.put(None)
+                    break
+            else:
+                self._wake.wait(wait)
             self._wake.clear()
             self._idle = False
             self._collect()
+        acks.join(timeout=1.0 if idle else 0.0)
         responses.cancel()
         acks.join(timeout=1.0)
+        return idle
 
     def _next_wait(self) -> float | None:
         """The flush interval while requests run or wait to be sent; otherwise no timeout:
         an idle app's transport costs nothing until a request, a drop, a flush, a stop or
         the stream's end wakes it."""
         self._idle = True  # before looking: work that arrives after the look kicks
-        if self._finished or self._running() or any(self._unreported):
+        self.counts.waiting = True
+        if self._finished or self._running() or any(self._unreported) or self.counts.ungathered:
             self._idle = False
             return self.settings.flush_interval
+        if self.counts.pending:  # the report is due on a timer: requests counted meanwhile
+            self.counts.waiting = False  # need not wake it, but a finished request does
+            return max(self._counts_due - time.monotonic(), 0.0)
         return None
 
     def _read_acks(self, responses: Iterator[ingest_pb2.ServerMessage]) -> None:
@@ -244,18 +327,53 @@ class Transport:
                 if message.HasField("ack"):
                     self._acked(message.ack.stored, message.ack.rejected)
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
+            reason = refusal(exc, self.settings.security.uses_tls)
+            if reason is not None:
+                self._refuse(reason, exc.details() or str(exc.code()))
+            elif exc.code() != grpc.StatusCode.CANCELLED:
                 log.debug("request-profiler: server closed the stream: %s", exc.code())
         finally:
             self._wake.set()  # the sending loop reconnects at once
 
-    def _acked(self, stored: list[int], rejected: list[int]) -> None:
+    def _refuse(self, reason: str, details: str) -> None:
+        """The server will not take this host's profiles: say so once per distinct cause.
+        Recording goes on, retries continue; what is recorded meanwhile is dropped."""
+        self.refused = reason
+        if (reason, details) not in self._logged_refusals:
+            self._logged_refusals.add((reason, details))
+            log.warning(
+                "request-profiler: the server at %s refuses this host (%s: %s); profiles are "
+                "dropped until it accepts (check --token, --tls-ca, --tls-cert)",
+                self.settings.server,
+                reason,
+                details,
+            )
+
+    def _abandon_backlog(self, reason: str) -> None:
+        """After a refusal: the unacked batches are dropped (their requests counted) and a
+        new session begins, so the server never waits for the batches it did not get."""
+        with self._collecting, self._lock:
+            requests = sum(self._backlog_requests.values())
+            self._backlog.clear()
+            self._backlog_requests.clear()
+            self.backlog_bytes = 0
+            self.session_id = uuid.uuid4().bytes
+            self.batcher = Batcher(self.registry)
+            self._seq = 0
+        if requests:
+            self.drop(reason, requests=requests)
+
+    def _acked(self, stored: Sequence[int], rejected: Sequence[int]) -> None:
         with self._lock:
             for seq in [*stored, *rejected]:
                 payload = self._backlog.pop(seq, None)
+                self._backlog_requests.pop(seq, None)
                 if payload is not None:
                     self.backlog_bytes -= len(payload)
             self.stored_batches += len(stored)
+            emptied = not self._backlog
+        if emptied:
+            self._kick()  # all stored: the idle stream's countdown starts
         if rejected:
             self.drop("rejected_by_server", requests=0, events=0)
 
@@ -280,6 +398,9 @@ class Transport:
         """Encodes what was recorded since the last batch. Over budget, a request not yet
         announced is dropped whole; one already partly sent loses its new events and ends
         truncated (only its small end record still goes out)."""
+        if self.refused is not None:
+            self._discard(self.refused)
+            return
         room = not self.over_budget()
         announced = self.batcher.announced
         finished: list[Request] = []
@@ -296,20 +417,45 @@ class Transport:
                 if lost:
                     request.truncated = True
                     self.drop("buffer_full", requests=0, events=lost)
+        self._gather_counts()
         with self._lock:
             drops = self._unreported if any(self._unreported) else None
             self._unreported = (Counter(), Counter())
         builder = self.batcher.build(running, finished, drops)
+        if self._counts_now or time.monotonic() >= self._counts_due:
+            self._counts_now = False
+            self._counts_due = time.monotonic() + COUNTS_EVERY
+            builder.route_counts(self.counts.take())
         if builder.empty:
             return
         self._seq += 1
         payload = builder.payload(self._seq)
         with self._lock:
             self._backlog[self._seq] = payload
+            self._backlog_requests[self._seq] = len(finished)
             self.backlog_bytes += len(payload)
         outbox = self._outbox
         if outbox is not None:
             outbox.put(payload)
+
+    def _gather_counts(self) -> None:
+        self.counts.gather()
+        lost = self.counts.lost
+        if lost:
+            self.counts.lost -= lost
+            self.drop(LOST, requests=lost)
+
+    def _discard(self, reason: str) -> None:
+        """While refused: finished requests, running requests' new events and the counts
+        are dropped."""
+        self.counts.take()
+        while self._finished:
+            self.drop(reason, events=_discard_events(self._finished.popleft()))
+        for request in self._running():
+            lost = _discard_events(request)
+            if lost:
+                request.truncated = True
+                self.drop(reason, requests=0, events=lost)
 
 
 def _discard_events(request: Request) -> int:

@@ -13,6 +13,8 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
+from profiler_server.access.http import HttpAccess
+from profiler_server.access.policy import AccessPolicy
 from profiler_server.api.http import build_app
 from profiler_server.exports.pyroscope import PyroscopeExporter
 from profiler_server.ingest.service import SERVICE, IngestService
@@ -27,16 +29,24 @@ log = logging.getLogger("profiler_server")
 
 # Large enough for grpc to hand us oversized messages, so we can count and explain them.
 GRPC_RECEIVE_SLACK = 4
+# At stop, HTTP requests still running get this long; so do TLS connections waiting for
+# their client's close_notify, which asyncio would otherwise wait 30 s for.
+HTTP_GRACE = 5
 
 
 class ProfilingServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.access = AccessPolicy.from_settings(settings)
         self.engine = open_engine(settings.db)
         self.registry = CollectorRegistry(auto_describe=True)
-        self.health = ServerHealth(self.registry)
+        self.health = ServerHealth(self.registry, settings.max_services)
         self.profiles = ProfileMetrics(
-            self.registry, settings.top_k, settings.top_functions, settings.max_routes
+            self.registry,
+            settings.top_k,
+            settings.top_functions,
+            settings.max_routes,
+            self.health.services,
         )
         self.pyroscope = (
             PyroscopeExporter(settings.pyroscope_url, settings.pyroscope_interval, self.registry)
@@ -64,6 +74,8 @@ class ProfilingServer:
         log.info(
             "database %s (schema %d -> %d)", redacted(self.settings.db), found, migrations.LATEST
         )
+        for exposed in self.access.exposed:
+            log.warning("--insecure: %s", exposed)
         self.pipeline.start()
         if self.pyroscope is not None:
             self.pyroscope.start()
@@ -74,21 +86,34 @@ class ProfilingServer:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        self._ingest = IngestService(self.pipeline, self.health, limit)
+        self._ingest = IngestService(self.pipeline, self.health, limit, self.access.ingest_tokens)
         self._grpc.add_generic_rpc_handlers([self._ingest.handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
-        self.grpc_port = self._grpc.add_insecure_port(self.settings.listen)
+        credentials = self.access.grpc_credentials()
+        self.grpc_port = (
+            self._grpc.add_secure_port(self.settings.listen, credentials)
+            if credentials is not None
+            else self._grpc.add_insecure_port(self.settings.listen)
+        )
         if self.grpc_port == 0:
             raise SystemExit(f"cannot listen for gRPC on {self.settings.listen}")
         await self._grpc.start()
         host, _, port = self.settings.http.rpartition(":")
+        app = HttpAccess(
+            build_app(self.engine, self.registry, self.health, lambda: self._ready),
+            self.access.allowed_hosts,
+            self.access.read_token,
+            self.health.denied,
+        )
         config = uvicorn.Config(
-            build_app(self.engine, self.registry, lambda: self._ready),
+            app,
             host=host.strip("[]"),
             port=int(port),
             log_level="warning",
             lifespan="off",
             access_log=False,
+            timeout_graceful_shutdown=HTTP_GRACE,
+            **self.access.uvicorn_tls(),
         )
         self._http = uvicorn.Server(config)
         self._http.install_signal_handlers = lambda: None  # our run() owns the signals
@@ -106,9 +131,11 @@ class ProfilingServer:
         gc.freeze()
         self._ready = True
         log.info(
-            "ingest on %s:%d (gRPC), HTTP on http://%s:%d/",
+            "ingest on %s:%d (gRPC%s), HTTP on %s://%s:%d/",
             self.settings.listen.rpartition(":")[0],
             self.grpc_port,
+            " over TLS" if self.access.tls else "",
+            "https" if self.access.tls else "http",
             host,
             self.http_port,
         )

@@ -24,12 +24,13 @@ ARGS = [
 
 
 @contextmanager
-def chromium_page(width: int = 1500, height: int = 950) -> Iterator[Page]:
-    """A fresh page; the JavaScript errors it raised are in `page.errors` (a list)."""
+def chromium_page(width: int = 1500, height: int = 950, **context: object) -> Iterator[Page]:
+    """A fresh page (`context`: Playwright's browser context options); the JavaScript
+    errors it raised are in `page.errors` (a list)."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
+            page = browser.new_page(viewport={"width": width, "height": height}, **context)
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)

@@ -4,18 +4,21 @@ function tables, and clear errors for bad parameters."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 
 import httpx
+import pytest
 
 from profiler_core.model import EventKind
 from profiler_core.wire import tree_pb2
 from profiler_core.wire.builder import BatchBuilder
-from profiler_server.api import views
+from profiler_server.api import spec, views
 from profiler_server.api.http import FastJSONResponse
+from profiler_server.api.params import BadParameter
 from profiler_server.loadgen import HostStream, hello
-from tests.helpers import stored_requests
+from tests.helpers import metric_value, stored_requests
 
 ENTER, EXIT = EventKind.ENTER, EventKind.EXIT
 MS = 1_000_000
@@ -78,6 +81,29 @@ def test_request_list_filters_and_orders(server) -> None:
     assert first["start"].endswith("Z")
     assert stored_requests(server.http, since=first["start"]) != []
     assert stored_requests(server.http, until="1970-01-02T00:00:00Z") == []
+
+
+def test_request_pages_count_the_whole_match_and_services_list_their_routes(server) -> None:
+    load(server)
+    load(server, service="other")
+
+    def page(**params: str) -> dict:
+        return httpx.get(f"{server.http}/api/requests", params=params, timeout=30).json()
+
+    first, second = page(limit="4"), page(limit="4", offset="4")
+    assert first["total"] == second["total"] == 6 and not first["total_capped"]
+    assert len(first["requests"]) == 4 and len(second["requests"]) == 2
+    ids = [r["id"] for r in first["requests"] + second["requests"]]
+    assert len(set(ids)) == 6  # pages neither overlap nor skip, durations tie across services
+    assert page(route="/a", function="shop.views:query")["total"] == 4
+    assert page(offset="99")["requests"] == []
+    names = httpx.get(f"{server.http}/api/services", timeout=30).json()["services"]
+    assert names == [
+        {"service": "other", "routes": ["/a", "/b"]},
+        {"service": "shop", "routes": ["/a", "/b"]},
+    ]
+    none = httpx.get(f"{server.http}/api/services", params={"until": "1970-01-02T00:00:00Z"})
+    assert none.json() == {"services": []}
 
 
 def test_status_and_duration_range_filters(server) -> None:
@@ -160,6 +186,93 @@ def test_bad_parameters_get_clear_errors(server) -> None:
     assert missing.status_code == 404 and missing.json() == {"error": "no such request"}
     assert httpx.get(f"{server.http}/api/flamegraph", params={"format": "x"}).status_code == 400
     assert httpx.get(f"{server.http}/healthz").text == "ok\n"
+
+
+# Each answered 500 once (issue 17): overflows, a lone superscript digit, a NUL on PostgreSQL.
+BAD_URLS = [
+    ("/api/requests?limit=inf", "limit", "not_an_integer"),
+    ("/api/requests?limit=1001", "limit", "out_of_range"),
+    ("/api/requests?limit=0", "limit", "out_of_range"),
+    ("/api/requests?offset=-1", "offset", "out_of_range"),
+    ("/api/services?since=yesterday", "since", "not_a_time"),
+    ("/api/requests?min_duration_ms=1e15", "min_duration_ms", "out_of_range"),
+    ("/api/requests?max_duration_ms=nan", "max_duration_ms", "not_a_number"),
+    ("/api/requests?min_duration_ms=1e999", "min_duration_ms", "out_of_range"),
+    ("/api/requests?since=9999-12-31T23:59:59Z", "since", "out_of_range"),
+    ("/api/requests?until=0001-01-01T00:00:00%2B14:00", "until", "out_of_range"),
+    ("/api/requests?since=2026-11-22T10:00:00", "since", "no_time_zone"),
+    ("/api/requests?status=%C2%B2", "status", "malformed"),
+    ("/api/requests?status=404%0A", "status", "malformed"),
+    ("/api/requests?service=a%00b", "service", "nul_character"),
+    ("/api/requests?route=" + "r" * 501, "route", "too_long"),
+    ("/api/requests?limit=" + "9" * 5000, "limit", "too_long"),
+    ("/api/flamegraph?format=pprof&since=1e20", "since", "out_of_range"),
+    ("/api/functions?until=-1", "until", "out_of_range"),
+    ("/api/requests/%00", "request_id", "nul_character"),
+    ("/api/requests/a%00b/export", "request_id", "nul_character"),
+    ("/api/requests/" + "x" * 65, "request_id", "too_long"),
+]
+
+
+def test_bad_urls_get_a_400_naming_the_parameter_and_are_counted(server) -> None:
+    load(server)
+    for url, name, reason in BAD_URLS:
+        before = metric_value(
+            server.http, "profiler_api_rejected_total", parameter=name, reason=reason
+        )
+        response = httpx.get(server.http + url)
+        assert response.status_code == 400, url
+        assert response.json()["error"].startswith(f"{name}: "), url
+        after = metric_value(
+            server.http, "profiler_api_rejected_total", parameter=name, reason=reason
+        )
+        assert after == before + 1, url
+    blank = {"service": "", "route": "", "since": "", "limit": "", "order": "", "status": ""}
+    assert len(stored_requests(server.http, **blank)) == 3  # blank: as if absent
+    invalid_utf8 = httpx.get(f"{server.http}/api/requests/%ff%fe")
+    assert invalid_utf8.status_code == 404
+    assert httpx.get(f"{server.http}/api/requests?route=%ed%b3%bf%ff").status_code == 200
+
+
+def test_parameters_parse_to_exact_values() -> None:
+    since, status, limit = spec.SINCE, spec.STATUS, spec.LIMIT
+    ten = since.parse("2026-11-22T10:00:00Z")
+    assert ten == 1_795_341_600 * 10**9
+    assert since.parse("2026-11-22T11:00:00+01:00") == ten
+    assert since.parse("2026-11-22T10:00:00.000001Z") == ten + 1000
+    assert since.parse("1795341600.5") == ten + 500_000_000
+    assert since.parse(None) is None
+    assert status.parse("5XX") == (500, 600) and status.parse("404") == (404, 405)
+    assert limit.parse(None) == 100 and limit.parse("+7") == 7
+    for param, raw in ((since, "2200-01-01T00:00:00Z"), (limit, "1e3"), (status, "6xx")):
+        with pytest.raises(BadParameter):
+            param.parse(raw)
+
+
+def raw_get(server, target: bytes) -> bytes:
+    """A request line as sent, bytes no HTTP client would send unescaped included."""
+    with socket.create_connection(("127.0.0.1", server.server.http_port), timeout=30) as conn:
+        conn.sendall(
+            b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_raw_bytes_in_the_request_line_are_refused_by_the_http_server(server) -> None:
+    load(server)
+    for target in (b"/api/requests/\xff\xfe", b"/api/requests?service=\xed\xb3\xbf"):
+        assert raw_get(server, target) == b"HTTP/1.1 400 Bad Request"
+    assert raw_get(server, b"/api/requests?limit=1") == b"HTTP/1.1 200 OK"
+
+
+def test_limit_beyond_its_maximum_is_refused_not_capped(server) -> None:
+    load(server)
+    assert len(stored_requests(server.http, limit="1000")) == 3
+    refused = httpx.get(f"{server.http}/api/requests", params={"limit": "1001"})
+    assert refused.json() == {"error": "limit: from 1 to 1,000, got 1,001"}
 
 
 def test_stored_columns_become_the_documented_tree_shape() -> None:

@@ -176,7 +176,7 @@ def flat(assembled: AssembledRequest) -> Flat:
     return Flat(
         tree_pb2.StoredTree.FromString(summary.trees[0]),
         {
-            summary.signatures[key]: values
+            summary.shown(key): values
             for key, values in zip(stacks.key.tolist(), stacks.values.T.tolist(), strict=True)
         },
         dict(zip(functions.key.tolist(), functions.values.T.tolist(), strict=True)),

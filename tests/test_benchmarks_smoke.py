@@ -1,14 +1,20 @@
 """Every benchmark still runs (issue 17): each `./dev bench` command once at a tiny size, so
-none can rot unnoticed. The figures are not checked here (no timed assertion in a test);
-the benchmarks themselves report them, in docs/benchmarks.md's terms."""
+none can rot unnoticed, writing its results to a temporary directory. The figures are not
+checked here (no timed assertion in a test); only that each run finished and wrote the
+rows and keys the overhead table (`./dev bench table`) reads."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import host_app
 
 pytestmark = pytest.mark.slow
 
@@ -16,22 +22,117 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = {
     "ingest": ["--seconds", "2", "--batches", "5", "--streams", "1"],
     "stages": ["--batches", "2"],
+    "depth": ["--rounds", "1", "--events", "2000", "--depths", "200", "--widths", "1000"],
+    "fleet": ["--streams", "20", "--seconds", "3", "--warmup", "1", "--rate", "0"],
     "memory": ["--seconds", "2", "--batches", "5", "--warmup", "1", "--interval", "0.5"],
     "queries": ["--requests", "200"],
     "host-calls": ["--rounds", "1", "--calls", "2000"],
+    "host-unsampled": ["--rounds", "1", "--requests", "200"],
+    "host-calls-versions": ["--rounds", "1", "--calls", "2000", "--instruction-calls", "0"],
     "host-startup": ["--functions", "50", "--rounds", "1"],
     "ui-render": ["--rounds", "1"],
 }
+# one app each (an async one under uvicorn, a sync one under gunicorn): every app takes the
+# same path through the benchmark; under callgrind a host life takes ~40 s to start on a
+# quiet machine, so the instruction run has one host setup (6 lives, 2 at a time)
+HOST_APP = [
+    "host-app", "--app", "fast-async", "--rounds", "1", "--seconds", "2", "--warmup", "1",
+    "--latency-rounds", "1", "--latency-seconds", "1", "--setups", "aa,off,default",
+]  # fmt: skip
+HOST_INSTRUCTIONS = [
+    "host-instructions", "--app", "fast-sync", "--warmup", "3", "--requests", "5",
+    "--idle", "2", "--setups", "off",
+]  # fmt: skip
+
+
+def bench(args: list[str], results: Path, timeout: float = 600) -> str:
+    """Runs `python -m benchmarks ARGS` with its results in `results`; its stdout. On a
+    timeout its whole process group goes (app servers, valgrind, the profiling server)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        env={**os.environ, "BENCHMARK_RESULTS": str(results)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as done:
+        try:
+            out, err = done.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(done.pid, signal.SIGKILL)
+            raise
+    assert done.returncode == 0, out[-3000:] + err[-3000:]
+    return out
+
+
+def only_result(results: Path, name: str) -> dict:
+    found = list(results.glob(f"{name}-2*.json"))
+    assert len(found) == 1, found
+    return json.loads(found[0].read_text())
 
 
 @pytest.mark.parametrize("benchmark", list(TINY))
-def test_benchmark_runs_at_a_tiny_size(benchmark: str) -> None:
+def test_benchmark_runs_at_a_tiny_size(benchmark: str, tmp_path: Path) -> None:
+    out = bench([benchmark, *TINY[benchmark]], tmp_path)
+    assert str(tmp_path) in out, out[-2000:]
+    assert list(tmp_path.glob(f"{benchmark}-*")), out[-2000:]
+
+
+@pytest.fixture(scope="module")
+def overhead_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny host-app and one tiny host-instructions run, in one results directory."""
+    results = tmp_path_factory.mktemp("overhead-results")
+    bench(HOST_APP, results)
+    bench(HOST_INSTRUCTIONS, results, timeout=1200)
+    return results
+
+
+def test_host_app_writes_cpu_threads_and_p99_per_setup(overhead_results: Path) -> None:
+    result = only_result(overhead_results, "host-app-fast-async")
+    assert result["server_modules"] == ["uvloop", "httptools"]
+    setups = result["setups"]
+    assert set(setups) == {"none", "none (A/A)", host_app.OFF, host_app.DEFAULT}
+    for figure in setups.values():
+        assert figure["cpu_ratio"]["n"] == 1
+        assert figure["p99_ratio"]["n"] == 1
+        assert figure["thread_cpu_ms_per_request"]["main"] > 0
+    assert setups[host_app.DEFAULT]["sampled_requests_stored"] > 0
+    assert setups[host_app.OFF]["sampled_requests_stored"] == 0
+
+
+def test_host_instructions_counts_each_setup(overhead_results: Path) -> None:
+    result = only_result(overhead_results, "host-instructions-fast-sync")
+    setups = result["setups"]
+    assert set(setups) == {"none", host_app.OFF}
+    assert setups["none"]["ratio"] == 1.0
+    for figure in setups.values():
+        assert figure["per_request"] > 0
+        assert figure["recorded_per_request"] == 0.0
+        assert set(figure["lives"]) == {"short", "long", "idle"}
+
+
+def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
+    out = bench(["table"], overhead_results)
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]) for line in out.splitlines()}
+    assert {("fast-async", "none (A/A)"), ("fast-async", "default (10/s)")} <= rows
+    assert ("fast-sync", "sampling off") in rows
+    assert "./dev bench host-app --app fast-async" in out
+    assert "./dev bench host-instructions --app fast-sync" in out
+    brief = bench(["table", "--brief"], overhead_results)
+    assert "| fast-async |" in brief
+    assert "| fast-sync |" in brief
+
+
+@pytest.mark.parametrize("mode", ["plain", "closed", "open"])
+def test_the_calls_callgrind_counts_run(mode: str) -> None:
+    """What `host-calls-versions` counts under callgrind, here without it (the counts take
+    minutes per version)."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", benchmark, *TINY[benchmark]],
+        [sys.executable, "-m", "benchmarks.call_instructions", mode, "100"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=120,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "benchmarks/results/" in done.stdout, done.stdout[-2000:]
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,7 +147,8 @@ def test_dashboard_flame_graph_panel_reads_the_servers_frame(filled: ServerProce
     """The Infinity target's URL and parameters, as Grafana sends them, answer the frame its
     root selector takes apart (fields level, value, self, label of one length)."""
     [(_, target)] = targets("yesoreyeram-infinity-datasource")
-    values = {**VARIABLES, "profiler_url": filled.http, "__from": "0", "__to": "9999999999"}
+    until = str(int(time.time()) + 3600)  # Grafana sends the range's ends as epoch seconds
+    values = {**VARIABLES, "profiler_url": filled.http, "__from": "0", "__to": until}
     params = {p["key"]: substitute(p["value"], values) for p in target["url_options"]["params"]}
     response = httpx.get(substitute(target["url"], values), params=params, timeout=30)
     assert response.status_code == 200, response.text

@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 import uuid
 
+import grpc
 import httpx
 
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch, synthetic_run
-from tests.helpers import count_nodes, eventually, metric_value, stored_requests
+from profiler_server.pipeline import Inbound
+from tests.helpers import FakeStream, count_nodes, eventually, metric_value, stored_requests, worker
 from tests.processes import ServerProcess
 
 SHAPE = CallShape(calls=100, depth=6, functions=12)
@@ -170,3 +172,51 @@ def test_sigterm_drains_acks_and_exits_zero(tmp_path, db_url) -> None:
         assert len(stored_requests(again.http, limit="1000")) == 10 * len(acked)
     finally:
         again.stop()
+
+
+# --- shutdown with a backlog ---------------------------------------------------------------------
+
+
+def queue_backlog(pipeline, streams: list[FakeStream], batches: int) -> None:
+    """A Hello per stream, then `batches` one-request batches each, queued before start."""
+    for stream in streams:
+        assert pipeline.submit(Inbound(stream, hello=hello("shop")))
+    t0 = time.monotonic_ns()
+    for seq in range(1, batches + 1):
+        for stream in streams:
+            builder = BatchBuilder()
+            builder.start(seq, "/backlog", "GET", t0 + seq)
+            builder.end(seq, t0 + seq + 10, 200)
+            assert pipeline.submit(Inbound(stream, batch=builder.build(seq)))
+
+
+def test_shutdown_stops_at_its_timeout_and_says_what_it_did_not_store(tmp_path, caplog) -> None:
+    with worker(f"sqlite:///{tmp_path / 'p.db'}") as pipeline:
+        streams = [FakeStream() for _ in range(4)]
+        queue_backlog(pipeline, streams, 250)  # 1,000 batches: four groups at least
+        pipeline.start()
+        pipeline.stop(timeout=0)
+
+        stored = sum(len(s.seqs("stored")) for s in streams)
+        assert stored < 1_000
+        assert all(s.seqs("rejected") == set() for s in streams)
+        (said,) = [r.getMessage() for r in caplog.records if "not stored" in r.getMessage()]
+        assert said.startswith(f"shutdown: {1_000 - stored} batches")
+        # each stream with a batch left over is ended, so that its host resends it
+        for stream in streams:
+            if len(stream.seqs("stored")) < 250:
+                assert [code for code, _ in stream.aborted] == [grpc.StatusCode.UNAVAILABLE]
+        with pipeline.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM requests").scalar() == stored
+
+
+def test_shutdown_with_time_enough_stores_and_acks_the_whole_backlog(tmp_path, caplog) -> None:
+    with worker(f"sqlite:///{tmp_path / 'p.db'}") as pipeline:
+        streams = [FakeStream() for _ in range(2)]
+        queue_backlog(pipeline, streams, 100)
+        pipeline.start()
+        pipeline.stop(timeout=600)
+
+        assert [s.seqs("stored") for s in streams] == [set(range(1, 101))] * 2
+        assert [s.aborted for s in streams] == [[], []]
+        assert not [r for r in caplog.records if "not stored" in r.getMessage()]

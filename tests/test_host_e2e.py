@@ -80,7 +80,9 @@ def test_gunicorn_flask_requests_arrive_as_call_trees(
             assert httpx.get(f"{app.url}/orders/1", timeout=30).status_code == 200
         assert get_concurrently(f"{app.url}/slow?ms=300", 6) == [200] * 6
         route = "/products/<int:product_id>"
-        products = eventually(lambda: stored_requests(server.http, route=route), timeout=30)
+        # the two workers' batches commit apart: wait for more than the first of them
+        eventually(lambda: len(stored_requests(server.http, route=route)) >= 5, timeout=30)
+        products = stored_requests(server.http, route=route)
         slow = eventually(lambda: len(stored_requests(server.http, route="/slow")) == 6, timeout=30)
     finally:
         app.stop(grace=15)

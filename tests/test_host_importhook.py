@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from importlib.abc import Loader, MetaPathFinder
@@ -25,7 +26,7 @@ import pytest
 from profiler_host import rewriter
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
-from profiler_host.importer import InstrumentingFinder
+from profiler_host.importer import InstrumentingFinder, ModuleSet
 from profiler_host.instrumenter import Instrumenter
 from tests.helpers import eventually, stored_requests
 from tests.processes import ServerProcess, free_port, host, sqlite_server
@@ -455,3 +456,22 @@ def test_c_extensions_cost_no_search_for_functions(unhook: list, monkeypatch: py
     module = importlib.import_module("xxlimited")
     assert isinstance(module.__loader__, ExtensionFileLoader)
     assert searched == [] and finder.uninstrumented() == {}
+
+
+def test_module_like_objects_without_weak_references_are_no_obstacle(
+    package: Path, unhook: list
+) -> None:
+    """`cryptography` puts cffi's `Lib` in sys.modules: a module type that cannot be weakly
+    referenced. Installing the hook with it there, and importing after, works as usual."""
+    import cryptography.x509  # noqa: F401  (its bindings register `_openssl.lib`)
+
+    lib = next(m for m in list(sys.modules.values()) if type(m).__name__ == "Lib")
+    assert isinstance(lib, ModuleType)
+    with pytest.raises(TypeError):
+        weakref.ref(lib)
+    inst, finder = hooked("shopapp")
+    unhook += [finder, inst]
+    assert instrumented(importlib.import_module("shopapp.core").plain)
+    modules = ModuleSet()
+    modules.update([lib, sys])
+    assert lib in modules and sys in modules and os not in modules

@@ -6,11 +6,13 @@ import argparse
 import os
 import random
 import re
+from pathlib import Path
 
 import pytest
 
 from profiler_host import cli
 from profiler_host import sampler as reference
+from profiler_host.default_include import MAX_NEIGHBOURS, Default, default_include
 from profiler_host.native import extension
 from profiler_host.settings import OPTIONS, HostSettings
 
@@ -35,14 +37,48 @@ def test_wrapper_environment():
     args = argparse.Namespace(**{o.dest: None for o in OPTIONS})
     args.sample_rate = "5"
     command = ["gunicorn", "-w", "2", "profiling_target.wsgi:app"]
-    env = cli.environment(args, command, {"PYTHONPATH": "/user/lib"})
+    default = Default(("profiling_target", "tests"), "the app's code")
+    env = cli.environment(args, command, {"PYTHONPATH": "/user/lib"}, default)
     assert env["PROFILER_SAMPLE_RATE"] == "5"
-    assert env["PROFILER_INCLUDE"] == "profiling_target.*"
+    assert env["PROFILER_INCLUDE"] == "profiling_target,tests"
     assert env["PROFILER_SERVICE"] == "gunicorn"
     assert env["PYTHONPATH"].split(os.pathsep) == [str(cli.SITE_DIR), "/user/lib"]
     assert (cli.SITE_DIR / "sitecustomize.py").is_file()
-    given = cli.environment(args, command, {"PROFILER_INCLUDE": "shop.*"})
+    given = cli.environment(args, command, {"PROFILER_INCLUDE": "shop.*"}, default)
     assert given["PROFILER_INCLUDE"] == "shop.*"
+
+
+def project(root: Path, *names: str) -> Path:
+    """Files and package directories (names ending in `/`) under `root`."""
+    for name in names:
+        if name.endswith("/"):
+            (root / name).mkdir(parents=True)
+            (root / name / "__init__.py").write_text("")
+        else:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text("")
+    return root
+
+
+def test_without_include_the_apps_own_code_is_instrumented(tmp_path: Path):
+    """A Django project: the package of `wsgi.py` and the apps beside it, not what is no
+    package (a virtualenv, static files) nor names of the standard library."""
+    root = project(tmp_path, "mysite/", "mysite/wsgi.py", "polls/", "manage.py", "json/",
+                   "venv/lib/x.py", "static/app.js", ".hidden/", "not-a-name.py")  # fmt: skip
+    default = default_include(["gunicorn", "mysite.wsgi:application"], root)
+    assert default.globs == ("manage", "mysite", "polls")
+    assert str(root) in default.why
+    elsewhere = default_include(["uvicorn", "--app-dir", "src", "main:app"], tmp_path.parent)
+    assert elsewhere.globs == ("main.*",)  # no main.py where the app is imported from
+    project(tmp_path, "src/main.py", "src/models.py")
+    in_src = default_include(["uvicorn", "--app-dir=src", "main:app"], tmp_path)
+    assert in_src.globs == ("main", "models")
+    assert default_include(["python", "job.py"], root).globs == ("__main__",)
+
+
+def test_a_crowded_directory_is_no_project(tmp_path: Path):
+    project(tmp_path, "app.py", *(f"m{i}.py" for i in range(MAX_NEIGHBOURS + 1)))
+    assert default_include(["uvicorn", "app:app"], tmp_path).globs == ("app.*",)
 
 
 def test_scripts_run_through_the_script_runner():
@@ -54,22 +90,16 @@ def test_scripts_run_through_the_script_runner():
 
 
 _sampling = extension("_sampling")
-# the sampler and its route shapes: the Python reference and, when built, the C twin
+# the sampler: the Python reference and, when built, the C twin (which keys route shapes
+# by a hash of the shape, never built: the decisions below compare them)
 SAMPLERS = {"python": reference.Sampler}
-SHAPES = {"python": reference.route_shape}
 if _sampling is not None:
     SAMPLERS["c"] = _sampling.Sampler
-    SHAPES["c"] = _sampling.route_shape
 
 
 @pytest.fixture(params=list(SAMPLERS))
 def Sampler(request):
     return SAMPLERS[request.param]
-
-
-@pytest.fixture(params=list(SHAPES))
-def route_shape(request):
-    return SHAPES[request.param]
 
 
 def test_the_c_sampler_is_in_use_when_built():
@@ -80,7 +110,8 @@ def test_the_c_sampler_is_in_use_when_built():
     assert type(reference.new_sampler(10, 60)) is _sampling.Sampler
 
 
-def test_route_shapes_fold_ids(route_shape):
+def test_route_shapes_fold_ids():
+    route_shape = reference.route_shape
     assert route_shape("/orders/17/items/3") == "/orders/:id/items/:id"
     assert route_shape("/users/3f2c9a1e-8b7d-4c2a-9e1f-0a1b2c3d4e5f") == "/users/:id"
     assert route_shape("/products/export") == "/products/export"
@@ -88,9 +119,23 @@ def test_route_shapes_fold_ids(route_shape):
     assert route_shape("/blobs/deadbeefdeadbee/x") == "/blobs/deadbeefdeadbee/x"  # 15
     assert route_shape("/v2/items/") == "/v2/items/"
     assert route_shape("/reports/2024-Q1/٣") == "/reports/2024-Q1/:id"  # a Unicode digit
+    assert route_shape("/café/٣/😀/12") == "/café/:id/😀/:id"
 
 
-def test_route_shapes_follow_the_documented_pattern_on_random_paths(route_shape):
+def test_the_sampler_counts_every_request_it_decides_on(Sampler):
+    """What tells a process that served requests from one that was never offered any."""
+    sampler = Sampler(0.0, 60.0)
+    assert sampler.seen == 0
+    for _ in range(3):
+        assert not sampler.decide("/a")
+    assert sampler.seen == 3
+    sampler = Sampler(5.0, 60.0)
+    sampler.decide("/a")
+    sampler.decide("/a")
+    assert sampler.seen == 2
+
+
+def test_route_shapes_follow_the_documented_pattern_on_random_paths():
     """Numbers, and hex ids of 16+ characters, as docs/host.md's route shapes say."""
     pattern = re.compile(r"^(\d+|[0-9a-fA-F-]{16,})$")
     rng = random.Random(7)
@@ -101,7 +146,7 @@ def test_route_shapes_follow_the_documented_pattern_on_random_paths(route_shape)
             for _ in range(rng.randint(1, 5))
         ]
         expected = "/".join(":id" if pattern.match(seg) else seg for seg in segments)
-        assert route_shape("/".join(segments)) == expected
+        assert reference.route_shape("/".join(segments)) == expected
 
 
 class FakeClock:
@@ -173,7 +218,16 @@ def test_c_and_python_samplers_decide_alike(seed: int) -> None:
     for _ in range(20_000):
         clock.now += rng.choice((0.0, 0.0001, 0.001, 0.01, 0.3, 1.7))
         path = rng.choice(
-            ("/a", "/orders/17", f"/x/{rng.randrange(3000)}/y", f"/p{rng.randrange(1500)}")
+            (
+                "/a",
+                "/orders/17",
+                "/orders/:id",  # the shape of the one above
+                f"/x/{rng.randrange(3000)}/y",
+                f"/p{rng.randrange(1500)}",
+                f"/é/{rng.randrange(10)}/٣",
+                f"/h/{rng.randrange(16**16):016x}/{rng.randrange(16**15):015x}",
+                "/v2//items/",
+            )
         )
         for decided, twin in zip(decisions, twins, strict=True):
             decided.append(twin.decide(path))

@@ -555,6 +555,7 @@ def test_anyio_imported_after_the_request_began_is_followed() -> None:
 
 CALLBACKS = """
 import asyncio
+import threading
 
 def plain_step(log):
     log.append("callback ran")
@@ -565,13 +566,38 @@ async def waiter(future):
 async def main(log):
     loop = asyncio.get_running_loop()
     future = loop.create_future()
-    loop.call_soon(plain_step, log)  # runs while main awaits, in main's context
+    # each runs while main awaits, in main's context (the last in the thread's lane)
+    loop.call_soon(plain_step, log)
+    loop.call_later(0.001, plain_step, log)
+    loop.call_at(loop.time(), plain_step, log)
+    thread = threading.Thread(target=loop.call_soon_threadsafe, args=(plain_step, log))
+    thread.start()
+    thread.join()
+    await asyncio.sleep(0.02)
     loop.call_soon(future.set_result, 7)
     return await waiter(future)
 """
 
 
-def test_loop_callbacks_do_not_nest_under_suspended_coroutines() -> None:
+def _uvloop() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    return uvloop.new_event_loop()
+
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": _uvloop}
+# uvloop's loop methods are not patched (docs/limits.md): what these show fails there
+ON_EITHER_LOOP = [
+    "asyncio",
+    pytest.param(
+        "uvloop",
+        marks=pytest.mark.xfail(strict=True, reason="uvloop's callbacks are not patched"),
+    ),
+]
+
+
+@pytest.mark.parametrize("loop", ON_EITHER_LOOP)
+def test_loop_callbacks_do_not_nest_under_suspended_coroutines(loop: str) -> None:
     """A loop callback runs in the context it was scheduled from, the lane of a task whose
     coroutines gave control away by `await` (no hook saw it): it runs with no lane, so
     nothing nests under frames that are not running (anyio's cancellation delivery)."""
@@ -584,15 +610,39 @@ def test_loop_callbacks_do_not_nest_under_suspended_coroutines() -> None:
     log: list[str] = []
     propagation.install()
     try:
-        with request(sampled=True) as req:
-            assert asyncio.run(namespace["main"](log)) == 7
+        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            assert runner.run(namespace["main"](log)) == 7
     finally:
         propagation.uninstall()
-    assert log == ["callback ran"]
+    assert log == ["callback ran"] * 4
     recorded = [functions[fid].co_qualname for lane in req.lanes for _, fid, _, _ in lane.events]
     assert "main" in recorded and "waiter" in recorded and "plain_step" not in recorded
     for lane in req.lanes:
         assert_nested(lane.id, lane.events, functions)
+
+
+@pytest.mark.parametrize("loop", ON_EITHER_LOOP)
+def test_a_woken_task_is_marked_ready(loop: str) -> None:
+    """The step of a task whose awaited future is done is scheduled through the loop's
+    `call_soon`: on either loop its lane learns it is ready from then on."""
+    marked: list[recording.Lane] = []
+    original = propagation.ready
+    propagation.ready = marked.append  # type: ignore[assignment]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        loop.call_soon(future.set_result, None)
+        await future
+
+    propagation.install()
+    try:
+        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            runner.run(main())
+    finally:
+        propagation.uninstall()
+        propagation.ready = original  # type: ignore[assignment]
+    assert req.main in marked
 
 
 def test_requests_still_in_flight_when_the_profiler_stops_are_ended_truncated() -> None:

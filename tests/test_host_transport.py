@@ -11,7 +11,7 @@ from profiler_core.model import EventKind, LaneKind
 from profiler_host.batching import Batcher
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
-from profiler_host.transport import Transport, TransportSettings
+from profiler_host.transport import COUNTS_EVERY, Transport, TransportSettings
 from tests.helpers import eventually, metric_value, stored_requests
 from tests.processes import ServerProcess, free_port
 
@@ -134,3 +134,55 @@ def test_an_idle_transport_sleeps_until_a_request_needs_it(tmp_path: Path):
     finally:
         transport.stop(timeout=5)
         server.stop(grace=10)
+
+
+def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
+    """All stored and nothing new for `idle_close`: the stream ends, and with it gRPC's
+    reader and channel threads, which take the GIL several times a second while it is open;
+    no thread but the transport's stays, and it waits without waking. The next request
+    opens a stream again and is stored."""
+    registry = FunctionRegistry()
+    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    transport = _CountingTransport(
+        TransportSettings(server.target, "closes", flush_interval=0.02, idle_close=0.2),
+        registry,
+        list,
+    )
+    before = set(threading.enumerate())
+    try:
+        for number in (1, 2):
+            transport.submit(finished_request(number, fid))
+            stored = eventually(
+                lambda n=number: len(stored_requests(server.http, service="closes")) == n,
+                timeout=30,
+            )
+            assert stored, f"request {number} was not stored"
+            closed = eventually(
+                lambda n=number: (
+                    transport.idle_closes == n
+                    and set(threading.enumerate()) - before == {transport._thread}
+                ),
+                timeout=30,
+            )
+            assert closed, (transport.idle_closes, set(threading.enumerate()) - before)
+            settled = transport.passes
+            time.sleep(0.5)  # more than two idle_close spans
+            assert transport.passes == settled and transport.idle_closes == number
+    finally:
+        transport.stop(timeout=5)
+        server.stop(grace=10)
+
+
+def test_counts_waiting_for_their_report_do_not_hold_back_a_finished_request() -> None:
+    """Between two reports of every request's counts the transport sleeps until the next
+    one is due (up to COUNTS_EVERY), woken by no counted request; a sampled request that
+    ends meanwhile still wakes it, to go out within the flush interval."""
+    transport = Transport(TransportSettings("127.0.0.1:9", "counted"), FunctionRegistry(), list)
+    transport.counts.waiting = False  # as after the transport's last look: no thread needed
+    transport.counts.add("/a", "GET", 200, 1_000)
+    transport.counts.gather()
+    wait = transport._next_wait()
+    assert wait is not None and 0 <= wait <= COUNTS_EVERY
+    assert not transport.counts.waiting  # a counted request does not wake it ...
+    assert transport._idle  # ... but a kick (a finished request, a drop, a flush) does

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from profiler_host import cli, hooks, recording, rewriter
+from profiler_host.default_include import default_include
 from profiler_host.settings import HostSettings
 from tests.helpers import eventually, stored_requests
 from tests.processes import ServerProcess, free_port, host, sqlite_server
@@ -21,7 +22,7 @@ from tests.processes import ServerProcess, free_port, host, sqlite_server
 def run_options(*argv: str) -> tuple[dict[str, str], list[str]]:
     """The env vars `profiler-host run ARGV` gives its command, and the command."""
     args, command = cli.parse(["run", *argv])
-    env = cli.environment(args, command, {})
+    env = cli.environment(args, command, {}, default_include(command, Path.cwd()))
     return {k: v for k, v in env.items() if k.startswith("PROFILER_")}, command
 
 

@@ -4,9 +4,11 @@ stored (the JSON API: flame graph, functions, requests, trees)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,12 +17,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from profiler_core.latency import BUCKETS
 from profiler_core.model import EventKind
 from profiler_core.stacks import ELISION, MAX_LABEL_BYTES, SEPARATOR, label_value
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
+from profiler_server.api import params, spec
+from profiler_server.assembly import problems as P
 from profiler_server.assembly.totals import Totals
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
+from profiler_server.metrics import health
 from profiler_server.metrics.profiles import OTHER, ProfileMetrics, TopK
 from profiler_server.storage.retention import delete_expired
 from profiler_server.storage.writer import StoredRequests
@@ -285,7 +291,8 @@ def test_route_service_and_function_labels_are_bounded() -> None:
         [b""],
         Totals(one, one + 1, np.array([totals], dtype=np.int64).T),
         Totals(one, one + 7, np.array([totals], dtype=np.int64).T),
-        {1: function},
+        {1: (0, 7)},
+        {1: function}.get,
     )
     metrics.record(stored, {7: function})
     samples = [s for family in registry.collect() for s in family.samples]
@@ -556,3 +563,56 @@ def test_label_values_are_bounded(server) -> None:
     assert sum(series.values()) == approx(sum(v[0] for v in stored.values()) * NS)
     assert scrape.total(STACK_CALLS, service="deep") == depth + 23 + depth
     host.close()
+
+
+def test_every_reason_counter_is_a_series_at_zero_from_the_start(server) -> None:
+    scrape = Scrape(server)
+    rejected = scrape.by("reason", "profiler_ingest_rejected_total")
+    assert rejected == dict.fromkeys(P.REASONS, 0.0)
+    for listener, reasons in health.DENIED_REASONS.items():
+        found = scrape.by("reason", "profiler_access_denied_total", listener=listener)
+        assert found == dict.fromkeys(reasons, 0.0)
+    params = {p.name: p for e in spec.ENDPOINTS for p in e.params}
+    for name, param in params.items():
+        found = scrape.by("reason", "profiler_api_rejected_total", parameter=name)
+        assert found == dict.fromkeys(param.REASONS, 0.0), name
+    # no float noise: a number as a label value is written as short as it reads
+    for sample in scrape.samples:
+        for value in sample.labels.values():
+            assert not re.search(r"\.[0-9]*(0{5}|9{5})[0-9]", value), sample
+
+
+def test_reason_lists_name_every_reason_the_code_gives() -> None:
+    """The series made at start cover every literal reason in the code that counts them."""
+    root = Path(__file__).resolve().parent.parent / "profiler_server"
+    http = (root / "access" / "http.py").read_text()
+    assert set(re.findall(r'_refuse\(\s*send,\s*\d+,\s*"(\w+)"', http)) == set(
+        health.DENIED_REASONS["http"]
+    )
+    grpc = (root / "ingest" / "service.py").read_text()
+    lines = [line for line in grpc.splitlines() if "denied.labels" in line or "reason = " in line]
+    assert set(re.findall(r'"(\w+)"', "\n".join(lines))) == set(health.DENIED_REASONS["grpc"])
+    given = re.findall(r'\.bad\(\s*"(\w+)"', (root / "api" / "params.py").read_text())
+    declared = {
+        r for p in vars(params).values() if isinstance(p, type) for r in getattr(p, "REASONS", ())
+    }
+    assert set(given) == declared
+
+
+def test_routes_over_the_limit_are_other_in_the_sampled_and_the_counted_series() -> None:
+    """One membership: a route admitted by the sampled series is a label of the counts of
+    every request too, and a route over the limit is `(other)` in both."""
+    registry = CollectorRegistry()
+    metrics = ProfileMetrics(registry, top_k=10, max_functions=10, max_routes=1)
+    assert metrics.routes("shop", "/a") == "/a"  # as a sampled request's route
+    buckets = [0] * BUCKETS
+    buckets[3] = 1
+    metrics.requests.record(
+        [(1, "shop", route, "GET", 2, 1, 1_000_000, *buckets) for route in ("/b", "/a")]
+    )
+
+    def counted(route: str) -> float | None:
+        labels = {"service": "shop", "route": route, "status_class": "2xx"}
+        return registry.get_sample_value("profiler_requests_total", labels)
+
+    assert (counted("/a"), counted("(other)"), counted("/b")) == (1.0, 1.0, None)

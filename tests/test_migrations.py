@@ -10,11 +10,14 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, event, inspect, select, text
 
+from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.stacktree import stack_id
 from profiler_server.storage import migrations, queries, schema
 from profiler_server.storage.engine import open_engine
 
 NS_PER_MINUTE = queries.NS_PER_MINUTE
 MINUTES = (1000, 1001, 1060)  # three buckets: two adjacent, one an hour later
+HANDLER, QUERY = stable_id("shop:handler"), stable_id("db:query")  # as ingest names them
 
 
 def v1_database(url: str) -> Engine:
@@ -23,8 +26,11 @@ def v1_database(url: str) -> Engine:
     with engine.begin() as conn:
         migrations.MIGRATIONS[0](conn)
         conn.execute(schema.schema_version.insert().values(version=1))
+        # v1 made the signatures' table (the tables of today are made by v1's create_all)
+        schema.stack_nodes.drop(conn)
+        migrations.legacy_stacks.create(conn)
         conn.execute(
-            schema.stacks.insert(),
+            migrations.legacy_stacks.insert(),
             [
                 {"id": 1, "signature": "shop:handler"},
                 {"id": 2, "signature": "shop:handler;db:query"},
@@ -33,8 +39,8 @@ def v1_database(url: str) -> Engine:
         conn.execute(
             schema.functions.insert(),
             [
-                {"id": 10, "name": "shop:handler", "file": "shop.py", "line": 3, "kind": 0},
-                {"id": 11, "name": "db:query", "file": "db.py", "line": 7, "kind": 0},
+                {"id": HANDLER, "name": "shop:handler", "file": "shop.py", "line": 3, "kind": 0},
+                {"id": QUERY, "name": "db:query", "file": "db.py", "line": 7, "kind": 0},
             ],
         )
         stack_rows, function_rows = [], []
@@ -43,7 +49,7 @@ def v1_database(url: str) -> Engine:
                 key = {"minute": minute, "service": "shop", "route": route}
                 stack_rows.append({**key, "stack_id": 1, "self_ns": n * 10, "calls": n})
                 stack_rows.append({**key, "stack_id": 2, "self_ns": n * 100, "calls": 2 * n})
-                for fid, self_ns in ((10, n * 10), (11, n * 100)):
+                for fid, self_ns in ((HANDLER, n * 10), (QUERY, n * 100)):
                     function_rows.append(
                         {
                             **key,
@@ -79,13 +85,34 @@ def v1_database(url: str) -> Engine:
     return engine
 
 
+# v3 turns the signatures into a prefix tree and moves the stack buckets to its ids
+RESTACKED = {schema.schema_version.name, schema.stack_nodes.name, schema.stack_buckets.name}
+
+
 def contents(engine: Engine) -> dict[str, list[tuple]]:
+    """Every table's rows but those v3 changes."""
     with engine.connect() as conn:
         return {
             table.name: sorted(tuple(row) for row in conn.execute(select(table)))
             for table in schema.metadata.sorted_tables
-            if table is not schema.schema_version
+            if table.name not in RESTACKED
         }
+
+
+def stack_rows(engine: Engine) -> tuple[list[tuple], list[tuple]]:
+    """Stack buckets with the stack's frames instead of its id; and the stack nodes."""
+    with engine.connect() as conn:
+        nodes = sorted(tuple(r) for r in conn.execute(select(schema.stack_nodes)))
+        buckets = conn.execute(select(schema.stack_buckets)).all()
+    by_id = {sid: (parent, function) for sid, parent, function in nodes}
+    rows = []
+    for minute, service, route, sid, self_ns, calls in buckets:
+        frames = []
+        while sid:
+            sid, function = by_id[sid]
+            frames.append(function)
+        rows.append((minute, service, route, tuple(frames[::-1]), self_ns, calls))
+    return sorted(rows), nodes
 
 
 def v2_indexes(engine: Engine) -> dict[str, list[str]]:
@@ -109,6 +136,8 @@ def test_a_v1_database_is_upgraded_and_keeps_its_data(db_url) -> None:
     engine = v1_database(db_url)
     try:
         before = contents(engine)
+        with engine.connect() as conn:
+            legacy_buckets = conn.execute(select(schema.stack_buckets)).all()
         assert v2_indexes(engine) == {}
         assert migrations.upgrade(engine) == 1
         with engine.connect() as conn:
@@ -117,6 +146,16 @@ def test_a_v1_database_is_upgraded_and_keeps_its_data(db_url) -> None:
             assert versions == [migrations.LATEST]
         assert contents(engine) == before
         assert v2_indexes(engine) == expected_indexes(engine)
+        with engine.connect() as conn:
+            assert not inspect(conn).has_table(migrations.legacy_stacks.name)
+        buckets, nodes = stack_rows(engine)
+        outer = stack_id(0, HANDLER)
+        assert nodes == sorted([(outer, 0, HANDLER), (stack_id(outer, QUERY), outer, QUERY)])
+        frames = {1: (HANDLER,), 2: (HANDLER, QUERY)}
+        assert buckets == sorted(
+            (minute, service, route, frames[sid], self_ns, calls)
+            for minute, service, route, sid, self_ns, calls in legacy_buckets
+        )
         assert migrations.upgrade(engine) == migrations.LATEST  # then left alone
 
         # What the API reads is right with either query shape (whole range, a time range).

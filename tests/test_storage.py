@@ -6,11 +6,11 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, insert, select
 
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
-from profiler_server.storage import migrations, schema
+from profiler_server.storage import migrations, queries, schema
 from profiler_server.storage.engine import open_engine
 from tests.helpers import eventually, metric_value, stored_requests
 from tests.processes import ServerProcess
@@ -82,3 +82,21 @@ def test_retention_deletes_old_requests_in_the_background(start_server, db_url) 
             select(func.count(func.distinct(schema.request_functions.c.request_id)))
         ).scalar()
     assert trees == 2 and functions == 2
+
+
+def test_request_count_stops_past_its_cap(tmp_path, monkeypatch) -> None:
+    """Paging counts the matches, but never more than MAX_COUNT + 1 of them."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'count.db'}")
+    schema.metadata.create_all(engine)
+    row = {"session_id": "s", "service": "shop", "route": "/a", "method": "GET", "status": 200,
+           "truncated": False, "calls": 1, "events": 2}  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(
+            insert(schema.requests),
+            [{**row, "id": f"s-{i}", "start_ns": i, "duration_ns": i} for i in range(10)],
+        )
+    monkeypatch.setattr(queries, "MAX_COUNT", 4)
+    page, counted = queries.list_requests(engine, queries.RequestFilter(limit=2, offset=6))
+    assert [r["id"] for r in page] == ["s-3", "s-2"] and counted == 5
+    _, few = queries.list_requests(engine, queries.RequestFilter(min_duration_ns=7))
+    assert few == 3

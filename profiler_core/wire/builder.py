@@ -111,6 +111,10 @@ class BatchBuilder:
         self._batch.drops.requests.update(requests)
         self._batch.drops.events.update(events)
 
+    def route_counts(self, counts: ingest_pb2.RouteCounts | None) -> None:
+        if counts is not None:
+            self._batch.route_counts.CopyFrom(counts)
+
     def _fill(self, seq: int) -> bytes:
         self._batch.seq = seq
         if not len(self._events):  # an empty `events` would make an empty batch non-empty

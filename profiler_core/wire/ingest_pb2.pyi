@@ -178,8 +178,32 @@ class Drops(_message.Message):
     events: _containers.ScalarMap[str, int]
     def __init__(self, requests: _Optional[_Mapping[str, int]] = ..., events: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
+class RouteCount(_message.Message):
+    __slots__ = ("route", "method", "status_class", "count", "duration_ns_sum", "buckets")
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    STATUS_CLASS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_NS_SUM_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    route: str
+    method: str
+    status_class: int
+    count: int
+    duration_ns_sum: int
+    buckets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, route: _Optional[str] = ..., method: _Optional[str] = ..., status_class: _Optional[int] = ..., count: _Optional[int] = ..., duration_ns_sum: _Optional[int] = ..., buckets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RouteCounts(_message.Message):
+    __slots__ = ("wall_ns", "routes")
+    WALL_NS_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    wall_ns: int
+    routes: _containers.RepeatedCompositeFieldContainer[RouteCount]
+    def __init__(self, wall_ns: _Optional[int] = ..., routes: _Optional[_Iterable[_Union[RouteCount, _Mapping]]] = ...) -> None: ...
+
 class Batch(_message.Message):
-    __slots__ = ("seq", "functions", "request_starts", "lanes", "events", "request_ends", "drops")
+    __slots__ = ("seq", "functions", "request_starts", "lanes", "events", "request_ends", "drops", "route_counts")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_STARTS_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +211,7 @@ class Batch(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ENDS_FIELD_NUMBER: _ClassVar[int]
     DROPS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_COUNTS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     functions: _containers.RepeatedCompositeFieldContainer[FunctionDef]
     request_starts: _containers.RepeatedCompositeFieldContainer[RequestStart]
@@ -194,7 +219,8 @@ class Batch(_message.Message):
     events: Events
     request_ends: _containers.RepeatedCompositeFieldContainer[RequestEnd]
     drops: Drops
-    def __init__(self, seq: _Optional[int] = ..., functions: _Optional[_Iterable[_Union[FunctionDef, _Mapping]]] = ..., request_starts: _Optional[_Iterable[_Union[RequestStart, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ..., events: _Optional[_Union[Events, _Mapping]] = ..., request_ends: _Optional[_Iterable[_Union[RequestEnd, _Mapping]]] = ..., drops: _Optional[_Union[Drops, _Mapping]] = ...) -> None: ...
+    route_counts: RouteCounts
+    def __init__(self, seq: _Optional[int] = ..., functions: _Optional[_Iterable[_Union[FunctionDef, _Mapping]]] = ..., request_starts: _Optional[_Iterable[_Union[RequestStart, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ..., events: _Optional[_Union[Events, _Mapping]] = ..., request_ends: _Optional[_Iterable[_Union[RequestEnd, _Mapping]]] = ..., drops: _Optional[_Union[Drops, _Mapping]] = ..., route_counts: _Optional[_Union[RouteCounts, _Mapping]] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
     __slots__ = ("ack", "config")

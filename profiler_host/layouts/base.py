@@ -7,12 +7,18 @@ layout is only ever used on the version it is for.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, cast
 
 from bytecode import Instr, Label
 from bytecode.instr import InstrLocation
 
 RESUME_AT_START, RESUME_AFTER_YIELD, RESUME_AFTER_YIELD_FROM, RESUME_AFTER_AWAIT = range(4)
+
+
+def int_arg(instr: Instr) -> int:
+    """The oparg of an instruction that takes a plain int (RESUME, YIELD_VALUE), which
+    `bytecode` types as any kind of argument."""
+    return cast(int, instr.arg)
 
 
 class Layout(ABC):

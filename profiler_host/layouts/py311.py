@@ -8,12 +8,12 @@ exception handlers, so the instrumented copy keeps them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from bytecode import Instr, Label
 from bytecode.instr import InstrLocation
 
-from profiler_host.layouts.base import Layout
+from profiler_host.layouts.base import Layout, int_arg
 
 
 class Py311(Layout):
@@ -21,7 +21,7 @@ class Py311(Layout):
 
     def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
         return [
-            Instr("LOAD_CONST", gate, location=location),
+            Instr("LOAD_CONST", cast(Any, gate), location=location),  # any object will do
             Instr("POP_JUMP_FORWARD_IF_TRUE", instrumented, location=location),
         ]
 
@@ -51,7 +51,7 @@ class Py311(Layout):
         ]
 
     def resume_kind(self, resume: Instr) -> int:
-        return resume.arg
+        return int_arg(resume)
 
     def in_instrumented_copy(self, instr: Instr) -> Instr:
         return instr

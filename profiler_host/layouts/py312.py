@@ -14,9 +14,12 @@ counts the exception handlers around the yield.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from bytecode import Instr, Label
 from bytecode.instr import InstrLocation
 
+from profiler_host.layouts.base import int_arg
 from profiler_host.layouts.py311 import Py311
 
 
@@ -25,7 +28,7 @@ class Py312(Py311):
 
     def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
         return [
-            Instr("LOAD_CONST", gate, location=location),
+            Instr("LOAD_CONST", cast(Any, gate), location=location),  # any object will do
             Instr("POP_JUMP_IF_TRUE", instrumented, location=location),
         ]
 
@@ -56,7 +59,7 @@ class Py312(Py311):
 
     def in_instrumented_copy(self, instr: Instr) -> Instr:
         if instr.name == "YIELD_VALUE":
-            instr.arg += 1
+            instr.arg = int_arg(instr) + 1
         return instr
 
 

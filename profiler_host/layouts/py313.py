@@ -14,11 +14,12 @@ says whether `close()` may skip the frame.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from bytecode import Instr, Label
 from bytecode.instr import InstrLocation
 
+from profiler_host.layouts.base import int_arg
 from profiler_host.layouts.py312 import Py312
 
 _LOCATION_MASK = 3
@@ -30,7 +31,7 @@ class Py313(Py312):
 
     def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
         return [
-            Instr("LOAD_CONST", gate, location=location),
+            Instr("LOAD_CONST", cast(Any, gate), location=location),  # any object will do
             Instr("TO_BOOL", location=location),
             Instr("POP_JUMP_IF_TRUE", instrumented, location=location),
         ]
@@ -42,11 +43,11 @@ class Py313(Py312):
         ]
 
     def resume_kind(self, resume: Instr) -> int:
-        return resume.arg & _LOCATION_MASK
+        return int_arg(resume) & _LOCATION_MASK
 
     def in_instrumented_copy(self, instr: Instr) -> Instr:
         if instr.name == "RESUME":
-            instr.arg &= ~_DEPTH1
+            instr.arg = int_arg(instr) & ~_DEPTH1
         return instr
 
 

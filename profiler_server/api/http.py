@@ -1,10 +1,11 @@
-"""HTTP: JSON API, /metrics, /healthz, web UI (Starlette; sync endpoints run in its thread pool)."""
+"""HTTP: JSON API, /openapi.json, /metrics, /healthz, web UI (Starlette; sync endpoints run
+in its thread pool). The endpoints and their parameters are spec.py's: each handler gets
+its parameters parsed and range-checked, a bad one is answered 400 here and counted."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -16,11 +17,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from profiler_server import exports
-from profiler_server.api import views
-from profiler_server.storage import queries
+from profiler_server.api import openapi, params, spec, views
+from profiler_server.metrics.health import ServerHealth
+from profiler_server.storage import queries, route_stats
 from profiler_server.ui import routes as ui_routes
-
-MAX_LIMIT = 1000
 
 
 class FastJSONResponse(JSONResponse):
@@ -32,54 +32,6 @@ class FastJSONResponse(JSONResponse):
         return exports.json_bytes(content)
 
 
-def _time_ns(value: str | None, name: str) -> int | None:
-    """ISO-8601 (`2026-11-22T10:00:00Z`) or epoch seconds."""
-    if value is None or value == "":
-        return None
-    try:
-        return int(float(value) * 1e9)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise HTTPException(
-            400, f"{name}: expected ISO-8601 or epoch seconds, got {value!r}"
-        ) from None
-    if parsed.tzinfo is None:
-        raise HTTPException(400, f"{name}: give a time zone (e.g. a trailing Z for UTC)")
-    return int(parsed.timestamp() * 1e9)
-
-
-def _number(value: str | None, name: str, default: float | None = None) -> float | None:
-    if value is None or value == "":
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise HTTPException(400, f"{name}: expected a number, got {value!r}") from None
-
-
-def _choice(value: str | None, name: str, allowed: tuple[str, ...]) -> str:
-    if value is None or value == "":
-        return allowed[0]
-    if value not in allowed:
-        raise HTTPException(400, f"{name}: expected one of {', '.join(allowed)}")
-    return value
-
-
-def _status(value: str | None) -> tuple[int, int] | None:
-    """`404` (exactly) or a class like `5xx`, as a [low, high) range."""
-    if value is None or value == "":
-        return None
-    if len(value) == 3 and value[0] in "12345" and value[1:].lower() == "xx":
-        low = int(value[0]) * 100
-        return low, low + 100
-    if value.isdigit():
-        return int(value), int(value) + 1
-    raise HTTPException(400, f"status: expected a code like 404 or a class like 5xx, got {value!r}")
-
-
 _UNSAFE_IN_FILENAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -89,29 +41,47 @@ def _attachment(filename: str) -> dict[str, str]:
     return {"Content-Disposition": f'attachment; filename="{safe}"'}
 
 
-def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], bool]) -> Starlette:
-    def list_requests(request: Request) -> FastJSONResponse:
-        q = request.query_params
-        min_ms = _number(q.get("min_duration_ms"), "min_duration_ms")
-        max_ms = _number(q.get("max_duration_ms"), "max_duration_ms")
-        limit = int(_number(q.get("limit"), "limit", 100) or 100)
+def build_app(
+    engine: Engine,
+    registry: CollectorRegistry,
+    health: ServerHealth,
+    ready: Callable[[], bool],
+) -> Starlette:
+    for endpoint in spec.ENDPOINTS:  # every refusal a series at 0 from the start
+        for param in endpoint.params:
+            for reason in param.REASONS:
+                health.api_rejected.labels(param.name, reason)
+
+    def list_requests(a: dict) -> FastJSONResponse:
+        min_ms, max_ms = a["min_duration_ms"], a["max_duration_ms"]
         f = queries.RequestFilter(
-            service=q.get("service") or None,
-            route=q.get("route") or None,
+            service=a["service"],
+            route=a["route"],
             min_duration_ns=None if min_ms is None else int(min_ms * 1e6),
             max_duration_ns=None if max_ms is None else int(max_ms * 1e6),
-            status=_status(q.get("status")),
-            since_ns=_time_ns(q.get("since"), "since"),
-            until_ns=_time_ns(q.get("until"), "until"),
-            function=q.get("function") or None,
-            order=_choice(q.get("order"), "order", ("duration", "start")),
-            limit=max(1, min(limit, MAX_LIMIT)),
+            status=a["status"],
+            since_ns=a["since"],
+            until_ns=a["until"],
+            function=a["function"],
+            order=a["order"],
+            limit=a["limit"],
+            offset=a["offset"],
         )
-        rows = queries.list_requests(engine, f)
-        return FastJSONResponse({"requests": [views.summary(r) for r in rows]})
+        rows, total = queries.list_requests(engine, f)
+        return FastJSONResponse(
+            {
+                "requests": [views.summary(r) for r in rows],
+                "total": min(total, queries.MAX_COUNT),
+                "total_capped": total > queries.MAX_COUNT,
+            }
+        )
 
-    def get_request(request: Request) -> FastJSONResponse:
-        found = queries.get_request(engine, request.path_params["request_id"])
+    def services(a: dict) -> FastJSONResponse:
+        found = queries.service_routes(engine, a["since"], a["until"])
+        return FastJSONResponse({"services": found})
+
+    def get_request(a: dict) -> FastJSONResponse:
+        found = queries.get_request(engine, a["request_id"])
         if found is None:
             raise HTTPException(404, "no such request")
         row, tree = found
@@ -124,19 +94,17 @@ def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], b
         ]
         return FastJSONResponse(body)
 
-    def _range(request: Request) -> dict:
-        q = request.query_params
+    def _range(a: dict) -> dict:
         return {
-            "service": q.get("service") or None,
-            "route": q.get("route") or None,
-            "since_ns": _time_ns(q.get("since"), "since"),
-            "until_ns": _time_ns(q.get("until"), "until"),
+            "service": a["service"],
+            "route": a["route"],
+            "since_ns": a["since"],
+            "until_ns": a["until"],
         }
 
-    def export_request(request: Request) -> Response:
-        choice = _choice(request.query_params.get("format"), "format", exports.REQUEST_FORMATS)
-        fmt = exports.FORMATS[choice]
-        found = queries.get_request(engine, request.path_params["request_id"])
+    def export_request(a: dict) -> Response:
+        fmt = exports.FORMATS[a["format"]]
+        found = queries.get_request(engine, a["request_id"])
         if found is None:
             raise HTTPException(404, "no such request")
         row, tree = found
@@ -147,10 +115,9 @@ def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], b
     def _sources(names: list[str]) -> dict[str, tuple[str, int]]:
         return {r["name"]: (r["file"], r["line"]) for r in queries.function_sources(engine, names)}
 
-    def flamegraph(request: Request) -> Response:
-        choice = _choice(request.query_params.get("format"), "format", exports.AGGREGATE_FORMATS)
-        fmt = exports.FORMATS[choice]
-        where = _range(request)
+    def flamegraph(a: dict) -> Response:
+        fmt = exports.FORMATS[a["format"]]
+        where = _range(a)
         aggregate = exports.Aggregate(
             queries.stack_totals(engine, **where),
             title=" ".join(filter(None, (where["service"], where["route"]))) or "all requests",
@@ -162,32 +129,60 @@ def build_app(engine: Engine, registry: CollectorRegistry, ready: Callable[[], b
         headers = _attachment(f"flamegraph.{fmt.extension}") if binary else None
         return Response(fmt.aggregate(aggregate), media_type=fmt.media_type, headers=headers)
 
-    def functions(request: Request) -> FastJSONResponse:
-        rows = queries.function_totals(engine, **_range(request))
+    def functions(a: dict) -> FastJSONResponse:
+        rows = queries.function_totals(engine, **_range(a))
         return FastJSONResponse({"functions": [{"function": r.pop("name"), **r} for r in rows]})
 
-    def metrics(_: Request) -> Response:
+    def routes(a: dict) -> FastJSONResponse:
+        stats, first, last = route_stats.route_stats(engine, **_range(a), limit=a["limit"])
+        return FastJSONResponse(views.routes(stats, first, last))
+
+    published = openapi.document()
+
+    def openapi_json(_: dict) -> FastJSONResponse:
+        return FastJSONResponse(published)
+
+    def metrics(_: dict) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    def healthz(_: Request) -> PlainTextResponse:
+    def healthz(_: dict) -> PlainTextResponse:
         if not ready():
             return PlainTextResponse("starting\n", status_code=503)
         return PlainTextResponse("ok\n")
 
+    handlers: dict[str, Callable[[dict], Response]] = {
+        "list_requests": list_requests,
+        "get_request": get_request,
+        "export_request": export_request,
+        "flamegraph": flamegraph,
+        "functions": functions,
+        "routes": routes,
+        "services": services,
+        "openapi": openapi_json,
+        "metrics": metrics,
+        "healthz": healthz,
+    }
+
+    def route(endpoint: spec.Endpoint) -> Route:
+        handler = handlers[endpoint.name]
+
+        def run(request: Request) -> Response:
+            try:
+                args = params.parse_all(endpoint.params, request.query_params, request.path_params)
+            except params.BadParameter as bad:
+                health.api_rejected.labels(bad.name, bad.reason).inc()
+                return FastJSONResponse({"error": str(bad)}, status_code=400)
+            return handler(args)
+
+        return Route(endpoint.path, run, methods=["GET"], name=endpoint.name)
+
     async def http_error(_: Request, exc: Exception) -> FastJSONResponse:
         assert isinstance(exc, HTTPException)
-        return FastJSONResponse({"error": exc.detail}, status_code=exc.status_code)
+        return FastJSONResponse(
+            {"error": exc.detail}, status_code=exc.status_code, headers=exc.headers
+        )
 
     return Starlette(
-        routes=[
-            Route("/api/requests", list_requests),
-            Route("/api/requests/{request_id}", get_request),
-            Route("/api/requests/{request_id}/export", export_request),
-            Route("/api/flamegraph", flamegraph),
-            Route("/api/functions", functions),
-            Route("/metrics", metrics),
-            Route("/healthz", healthz),
-            *ui_routes(),
-        ],
+        routes=[route(e) for e in spec.ENDPOINTS if e.name in handlers] + ui_routes(),
         exception_handlers={HTTPException: http_error},
     )

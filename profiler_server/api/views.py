@@ -7,6 +7,7 @@ from itertools import accumulate
 
 from profiler_core.model import LaneKind, Outcome
 from profiler_core.wire import tree_pb2
+from profiler_server.storage.route_stats import RouteStats
 
 _OUTCOMES = {o.value: o.label for o in Outcome}
 _LANE_KINDS = {k.value: k.label for k in LaneKind}
@@ -31,6 +32,35 @@ def summary(row: dict) -> dict:
         "duration_ms": row["duration_ns"] / 1e6,
         "truncated": bool(row["truncated"]),
         "calls": row["calls"],
+    }
+
+
+def routes(stats: list[RouteStats], first_minute: int, last_minute: int) -> dict:
+    """Rates are over the whole minutes of the range; the share sampled may pass 1 where
+    a host's last counts were lost (its requests were stored, its report was not)."""
+    seconds = (last_minute - first_minute + 1) * 60
+    return {
+        "since": iso(first_minute * 60_000_000_000),
+        "until": iso((last_minute + 1) * 60_000_000_000),
+        "seconds": seconds,
+        "routes": [
+            {
+                "service": s.service,
+                "route": s.route,
+                "requests": s.requests,
+                "rate_per_s": s.requests / seconds,
+                "errors": s.errors,
+                "error_rate": s.errors / s.requests,
+                "mean_ms": s.duration_ns / s.requests / 1e6,
+                "p50_ms": s.percentile_ms(0.5),
+                "p95_ms": s.percentile_ms(0.95),
+                "p99_ms": s.percentile_ms(0.99),
+                "sampled": s.sampled,
+                "sampled_share": s.sampled / s.requests,
+            }
+            for s in stats
+            if s.requests > 0
+        ],
     }
 
 

@@ -12,7 +12,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from itertools import repeat
-from operator import itemgetter
+from operator import indexOf, itemgetter
 
 import numpy as np
 
@@ -87,6 +87,9 @@ class _Repairs:
         self.running = running  # lanes whose work still ran at the request's end
         self.lanes: dict[int, _Lane] = {}
         self.call_node: dict[int, int] = {}
+        # per node: the lane whose stack holds it while it runs (where it was entered, or
+        # last resumed), so an odd exit finds it without searching every lane's stack
+        self.stack_of: list[_Lane] = []
         # lanes (index in tree.lanes) to hang once every call is known: under the call their
         # host named, or (none named) under the call open when they started
         self.named_spawns: list[tuple[int, int]] = []
@@ -116,6 +119,7 @@ class _Repairs:
         tree.self_ns.append(0)
         tree.lanes.append(LaneTree(lane_id, kind, name, root, parent_lane, parent_node))
         lane = self.lanes[lane_id] = _Lane(root, start)
+        self.stack_of.append(lane)
         return lane
 
     def close(self, node: int, t: int, outcome: Outcome) -> None:
@@ -137,23 +141,21 @@ class _Repairs:
             waits.append((node, extra[SUSPENDED_AT], extra[READY_AT], t))
         _end_wait(extra, t)
 
-    def unwind(self, stack: list[int], node: int, t: int) -> bool:
-        """Pops `node`, closing (truncated) whatever was left open above it."""
-        if node not in stack:
-            return False
-        while stack[-1] != node:
+    def unwind(self, node: int, t: int) -> None:
+        """Pops running `node` off its lane's stack, closing (truncated) whatever was left
+        open above it. Searched from the top: a call whose exit was lost lies just above
+        its caller, so the search costs what it pops, however deep the stack."""
+        stack = self.stack_of[node].stack
+        try:
+            above = indexOf(reversed(stack), node)
+        except ValueError:
+            return
+        for _ in range(above):
             self.close(stack.pop(), t, Outcome.TRUNCATED)
             self.problems[P.MISSING_EXIT] += 1
         stack.pop()
-        return True
 
-    def unwind_anywhere(self, lane: _Lane, node: int, t: int) -> None:
-        if not self.unwind(lane.stack, node, t):
-            for other in self.lanes.values():
-                if self.unwind(other.stack, node, t):
-                    return
-
-    def exit(self, lane: _Lane, node: int, kind: int, function: int, t: int) -> None:
+    def exit(self, node: int, kind: int, function: int, t: int) -> None:
         tree = self.tree
         if node < 0 or tree.end[node] >= 0:
             self.problems[P.EXIT_WITHOUT_ENTER] += 1
@@ -162,7 +164,7 @@ class _Repairs:
             self.problems[P.EXIT_MISMATCH] += 1
         extra = tree.extras.get(node)
         if extra is None or extra[SLICE_START] >= 0:
-            self.unwind_anywhere(lane, node, t)
+            self.unwind(node, t)
         self.close(node, t, EXITS[kind])
 
     def suspension(self, lane: _Lane, node: int, kind: int, t: int) -> None:
@@ -178,7 +180,7 @@ class _Repairs:
             elif extra[SLICE_START] < 0:
                 self.problems[P.SUSPEND_WHILE_SUSPENDED] += 1
                 return
-            self.unwind_anywhere(lane, node, t)
+            self.unwind(node, t)
             _end_slice(extra, t)
             extra[SUSPENDED_AT] = t
             extra[SUSPENSIONS] += 1
@@ -189,6 +191,7 @@ class _Repairs:
             self.end_wait(node, extra, t)
             extra[SLICE_START] = t
             lane.stack.append(node)
+            self.stack_of[node] = lane
         elif extra is not None and extra[SUSPENDED_AT] >= 0 and extra[READY_AT] < 0:
             extra[READY_AT] = t
 
@@ -212,18 +215,20 @@ class _Repairs:
                 parent_root = roots[spawned.parent_lane]
                 tree.end[parent_root] = max(tree.end[parent_root], tree.end[spawned.root])
         lane_of_root = {root: lane_id for lane_id, root in roots.items()}
-        for node in tree.extras:
-            if tree.end[node] < 0:  # still suspended
-                self.close(node, end, Outcome.TRUNCATED)
-                if lane_of_root.get(self.root_of(node)) not in self.running:
-                    self.problems[P.MISSING_EXIT] += 1
+        suspended = [node for node in tree.extras if tree.end[node] < 0]
+        root_of = self.roots() if suspended else []
+        for node in suspended:
+            self.close(node, end, Outcome.TRUNCATED)
+            if lane_of_root.get(root_of[node]) not in self.running:
+                self.problems[P.MISSING_EXIT] += 1
 
-    def root_of(self, node: int) -> int:
-        """The lane root `node` hangs under."""
-        parent = self.tree.parent
-        while parent[node] >= 0:
-            node = parent[node]
-        return node
+    def roots(self) -> list[int]:
+        """The lane root each node hangs under, in one pass (a parent is always entered
+        before its children, so it comes first): no walk up a deep tree per node."""
+        root_of: list[int] = []
+        for node, parent in enumerate(self.tree.parent):
+            root_of.append(node if parent < 0 else root_of[parent])
+        return root_of
 
 
 def _end_slice(extra: list[int], t: int) -> None:
@@ -299,7 +304,7 @@ def assemble(
             repairs.open_lane(lane_id, info.start_ns, info.kind, info.name)
     call_node = repairs.call_node
     fn, par, st, en, sf = tree.function, tree.parent, tree.start, tree.end, tree.self_ns
-    call_col, extras = tree.call, tree.extras
+    call_col, extras, stack_of = tree.call, tree.extras, repairs.stack_of
     if lane_ids is None:
         lanes_of: Iterable[int] = repeat(MAIN_LANE)
     else:
@@ -338,6 +343,7 @@ def assemble(
             en.append(-1)
             sf.append(0)
             stack.append(len(fn) - 1)
+            stack_of.append(lane)
             continue
         node = call_node.get(call, -1)
         if kind == EXIT and stack and stack[-1] == node and node not in extras:
@@ -346,7 +352,7 @@ def assemble(
             if fn[node] != function:
                 problems[P.EXIT_MISMATCH] += 1
         elif kind in EXITS:
-            repairs.exit(lane, node, kind, function, t)
+            repairs.exit(node, kind, function, t)
         else:
             repairs.suspension(lane, node, kind, t)
     lane.last = last

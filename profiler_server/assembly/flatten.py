@@ -1,8 +1,9 @@
 """Turns a forest of assembled requests into what is stored and aggregated: each request's
 stored tree, and totals per (request, stack) and per (request, function).
 
-Every node's stack is interned level by level (all nodes one call deeper at a time), so a
-request of any size costs a few NumPy passes per level of depth, not Python per node."""
+Every node's stack is interned level by level (all nodes one call deeper at a time): a wide
+level in a few NumPy passes, a narrow one (a deep chain has one node per level) node by node,
+so neither many nodes nor many levels cost more per node than a small request does."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import immutables
 import numpy as np
 
-from profiler_core.stacks import SEPARATOR
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.calltree import LANE_ROOT
 from profiler_server.assembly.forest import Forest
+from profiler_server.assembly.stacktree import EMPTY_ID, StackTree, stack_id
 from profiler_server.assembly.stored import stored_trees
 from profiler_server.assembly.totals import (
     ACTIVE,
@@ -39,6 +41,8 @@ def stable_id(text: str) -> int:
 
 Resolver = Callable[[int], tuple[int, str] | None]  # session function id -> (global id, name)
 _FUNCTION_BITS = 32  # session function ids are uint32
+_FUNCTION_MASK = (1 << _FUNCTION_BITS) - 1
+_NARROW = 64  # levels with fewer nodes are interned node by node, the others with NumPy
 
 
 @dataclass
@@ -53,23 +57,26 @@ class StackColumns:
 
 
 class StackInterner:
-    """A session's stacks: (parent stack, function id) -> small int, with what each stands for."""
+    """A session's stacks: (parent stack, function id) -> small int, with what each stands
+    for. Each new stack costs the same whatever its depth: its id comes from its parent's
+    (stacktree.stack_id), and the functions on it are a persistent map shared with its
+    parent (a copy of a few nodes only when the leaf's function is new to the stack)."""
 
     def __init__(self, resolve: Resolver) -> None:
         self._resolve = resolve
         self.index: dict[int, int] = {}  # parent stack << 32 | session function id -> stack
-        self.signatures: list[str] = [""]
-        self.ids: list[int] = [0]  # stable_id(signature)
+        self.tree = StackTree()
+        self.ids: list[int] = [EMPTY_ID]  # stacktree.stack_id
+        self.by_id: dict[int, int] = {}  # stable id -> stack
+        self.function_ids: list[int] = [0]  # the leaf frame's global function id
         self.leaf: list[int] = [0]  # dense number of the leaf frame's global function id
         self.outermost: list[bool] = [False]  # leaf function not already on the stack
         self.functions: list[int] = [0]  # dense number -> global function id
         self._numbers: dict[int, int] = {0: 0}  # global function id -> dense number
-        self._frames: list[frozenset[int]] = [frozenset()]
+        self._on_stack: list[immutables.Map] = [immutables.Map()]  # global function ids
         self.names: dict[int, str] = {}  # session function id -> name
         self.unknown = 0  # stacks whose leaf function was never defined
-        self._keys = np.zeros(0, dtype=np.int64)  # sorted keys of `index`
-        self._stacks = np.zeros(0, dtype=np.int64)
-        self._columns: StackColumns | None = None
+        self._columns = tuple(_Growing(t) for t in (np.int64, np.int64, bool, np.int64))
 
     def child(self, parent: int, fid: int) -> int:
         key = parent << _FUNCTION_BITS | fid
@@ -82,43 +89,65 @@ class StackInterner:
             resolved = (-fid - 1, f"(unknown function {fid})")
         gid, name = resolved
         self.names[fid] = name
-        sig = name if parent == 0 else self.signatures[parent] + SEPARATOR + name
-        index = self.index[key] = len(self.signatures)
-        self.signatures.append(sig)
-        self.ids.append(stable_id(sig))
+        index = self.index[key] = self.tree.add(parent, name)
+        sid = stack_id(self.ids[parent], gid)
+        self.ids.append(sid)
+        self.by_id[sid] = index
+        self.function_ids.append(gid)
         self.leaf.append(self._numbers.setdefault(gid, len(self._numbers)))
         if len(self.functions) < len(self._numbers):
             self.functions.append(gid)
-        self.outermost.append(gid not in self._frames[parent])
-        self._frames.append(self._frames[parent] | {gid})
-        self._columns = None
+        below = self._on_stack[parent]
+        self.outermost.append(gid not in below)
+        self._on_stack.append(below if gid in below else below.set(gid, None))
         return index
 
     def lookup(self, parents: np.ndarray, fids: np.ndarray) -> np.ndarray:
-        """The stacks of many (parent stack, function id) pairs; new ones are interned."""
-        keys = parents << _FUNCTION_BITS | fids
-        at = np.searchsorted(self._keys, keys)
-        known = at < len(self._keys)
-        known[known] = self._keys[at[known]] == keys[known]
-        if not known.all():
-            new = np.unique(keys[~known])
-            mask = (1 << _FUNCTION_BITS) - 1
-            stacks = [self.child(k >> _FUNCTION_BITS, k & mask) for k in new.tolist()]
-            place = np.searchsorted(self._keys, new)
-            self._keys = np.insert(self._keys, place, new)
-            self._stacks = np.insert(self._stacks, place, stacks)
-            at = np.searchsorted(self._keys, keys)
-        return self._stacks[at]
+        """The stacks of many (parent stack, function id) pairs; new ones are interned.
+        Python looks up each distinct pair once."""
+        keys, inverse = np.unique(parents << _FUNCTION_BITS | fids, return_inverse=True)
+        index, child = self.index, self.child
+        stacks = [
+            index.get(k) or child(k >> _FUNCTION_BITS, k & _FUNCTION_MASK) for k in keys.tolist()
+        ]
+        return np.array(stacks, dtype=np.int64)[inverse]
+
+    def row(self, stack: int) -> tuple[int, int]:
+        """(parent stack id, leaf function id): what is stored of a stack."""
+        return self.ids[self.tree.parent[stack]], self.function_ids[stack]
+
+    def shown(self, sid: int) -> str | None:
+        """The stack's name as shown (stacktree.StackTree.name); None if not this session's."""
+        index = self.by_id.get(sid)
+        return None if index is None else self.tree.name(index)
 
     def columns(self) -> StackColumns:
-        if self._columns is None:
-            self._columns = StackColumns(
-                np.array(self.ids, dtype=np.int64),
-                np.array(self.leaf, dtype=np.int64),
-                np.array(self.outermost, dtype=bool),
-                np.array(self.functions, dtype=np.int64),
-            )
-        return self._columns
+        """The columns as arrays, grown in place: a session that keeps finding new stacks
+        copies only the new ones for each batch, not all of them again."""
+        lists = (self.ids, self.leaf, self.outermost, self.functions)
+        for growing, values in zip(self._columns, lists, strict=True):
+            growing.extend(values)
+        return StackColumns(*(growing.view() for growing in self._columns))
+
+
+class _Growing:
+    """An array that follows an append-only list, doubling its capacity as it grows."""
+
+    def __init__(self, dtype: type) -> None:
+        self.array = np.zeros(1024, dtype=dtype)
+        self.size = 0
+
+    def extend(self, values: list) -> None:
+        """Copies what `values` gained since the last call."""
+        if len(values) > len(self.array):
+            grown = np.zeros(max(len(values), 2 * len(self.array)), dtype=self.array.dtype)
+            grown[: self.size] = self.array[: self.size]
+            self.array = grown
+        self.array[self.size : len(values)] = values[self.size :]
+        self.size = len(values)
+
+    def view(self) -> np.ndarray:
+        return self.array[: self.size]
 
 
 def _depths(forest: Forest, up: np.ndarray) -> np.ndarray:
@@ -151,14 +180,47 @@ def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
     order = np.argsort(level, kind="stable")
     bounds = np.flatnonzero(np.diff(level[order])) + 1
     stack = np.zeros(len(forest), dtype=np.int64)
-    for nodes in np.split(order, bounds) if len(order) else ():
-        if root[nodes[0]]:
+    starts = [0, *bounds.tolist()]
+    ends = [*bounds.tolist(), len(order)]
+    spans: list[list] = []  # [first, last, narrow]: runs of narrow levels joined
+    for first, last in zip(starts, ends, strict=True) if len(order) else ():
+        narrow = last - first < _NARROW
+        if narrow and spans and spans[-1][2]:
+            spans[-1][1] = last
+        else:
+            spans.append([first, last, narrow])
+    for first, last, narrow in spans:
+        nodes = order[first:last]
+        if narrow:
+            _one_by_one(nodes, stack, up, forest, interner)
+        elif root[nodes[0]]:
             spawner = up[nodes]
             stack[nodes] = np.where(spawner >= 0, stack[np.maximum(spawner, 0)], 0)
         else:
             parents = stack[forest.parent[nodes]]
             stack[nodes] = interner.lookup(parents, forest.function[nodes])
     return stack
+
+
+def _one_by_one(
+    nodes: np.ndarray, stack: np.ndarray, up: np.ndarray, forest: Forest, interner: StackInterner
+) -> None:
+    """Interns the stacks of a run of narrow levels in Python, node by node in level order
+    (a node's parent or spawner comes first): a deep chain's one node per level costs a
+    dict lookup, not a round of NumPy calls."""
+    found: dict[int, int] = {}  # node -> stack, for this run
+    columns = (nodes, forest.parent[nodes], up[nodes], forest.function[nodes])
+    for node, parent, spawner, function in zip(*(c.tolist() for c in columns), strict=True):
+        if function == LANE_ROOT:
+            below = spawner
+            if below < 0:
+                found[node] = 0
+                continue
+        else:
+            below = parent
+        under = found[below] if below in found else int(stack[below])
+        found[node] = under if function == LANE_ROOT else interner.child(under, function)
+    stack[list(found)] = list(found.values())
 
 
 def _node_values(forest: Forest, calls: np.ndarray) -> np.ndarray:
@@ -180,9 +242,10 @@ class Summary:
     """What a forest's requests store and export, per request index in the forest."""
 
     trees: list[bytes]  # serialized StoredTree
-    stacks: Totals  # key: stack id (stable_id of its signature)
+    stacks: Totals  # key: stack id (stacktree.stack_id)
     functions: Totals  # key: global function id; TOTAL counts outermost calls only
-    signatures: dict[int, str]  # stack id -> signature, for the stacks in `stacks`
+    nodes: dict[int, tuple[int, int]]  # stack id -> (parent stack id, function id), as stored
+    shown: Callable[[int], str | None]  # stack id -> its name as shown, for the stacks here
 
 
 def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Summary:
@@ -198,9 +261,9 @@ def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Sum
     per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
     per_function.key = columns.functions[per_function.key]
     used = np.unique(per_stack.key).tolist()
-    signatures = {interner.ids[s]: interner.signatures[s] for s in used}
+    nodes = {interner.ids[s]: interner.row(s) for s in used}
     per_stack.key = columns.ids[per_stack.key]
     if interner.unknown > unknown_before:
         problems[P.UNKNOWN_FUNCTION] += interner.unknown - unknown_before
     trees = stored_trees(forest, interner.names.__getitem__)
-    return Summary(trees, per_stack, per_function, signatures)
+    return Summary(trees, per_stack, per_function, nodes, interner.shown)

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from profiler_core.model import LaneKind
 from profiler_server.assembly.events import Run
 
+# An open request without events holds about 800 bytes (this object, its sets and dicts);
+# an event held about 25 (its columns in a run).
+REQUEST_WEIGHT = 32
+
 
 @dataclass(slots=True)
 class LaneInfo:
@@ -40,6 +44,12 @@ class PendingRequest:
     @property
     def ended(self) -> bool:
         return self.end_ns is not None
+
+    @property
+    def weight(self) -> int:
+        """Its share of --max-open-events: its events, and the request's own records as
+        the events they match in memory (so starts without events count too)."""
+        return self.events + REQUEST_WEIGHT
 
     @property
     def main_name(self) -> str:

@@ -28,5 +28,17 @@ STREAM_DIED = "stream_died"  # request stored truncated: its stream ended before
 REQUEST_TIMEOUT = "request_timeout"  # request stored truncated: open longer than --request-timeout
 MEMORY_LIMIT = "memory_limit"  # request stored truncated early: open events over --max-open-events
 EVENT_CAP = "event_cap"  # events beyond --max-request-events dropped
+BAD_ROUTE_COUNT = "bad_route_count"  # a request count that breaks the wire's rules; dropped
+# Text and limits
+UNSTORABLE_TEXT = "unstorable_text"  # NUL or lone surrogates in a string, replaced by U+FFFD
+LONG_NAME = "long_name"  # a string longer than --max-name-length (or its column), cut with "…"
+FUNCTION_LIMIT = "function_limit"  # function defined beyond --max-session-functions: unknown
+OPEN_REQUEST_LIMIT = "open_request_limit"  # stored truncated early: --max-open-requests
+SECOND_HELLO = "second_hello"  # another Hello on a stream that has a session: the stream ends
+UNSTORABLE_BATCH = "unstorable_batch"  # the store refused it alone: acked as rejected
+
+REASONS = tuple(
+    value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
+)
 
 Problems = Counter  # reason -> count

@@ -14,10 +14,10 @@ from profiler_core.model import LaneKind, function_name
 from profiler_core.wire import ingest_pb2
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.events import MAX_NS, MalformedEvents, read_runs
+from profiler_server.assembly.finished import FinishedIds
 from profiler_server.assembly.flatten import StackInterner, stable_id
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
-
-RECENTLY_FINISHED = 100_000  # request ids remembered to recognise late events
+from profiler_server.assembly.text import storable
 
 # What the store can hold. A value beyond these would fail the whole storage transaction,
 # and with it every other session's batches in it, so they are checked (or cut) here.
@@ -25,6 +25,16 @@ MAX_SEQ = 2**62
 MAX_ROUTE = 500  # requests.route
 MAX_METHOD = 16  # requests.method
 MAX_LINE = 2**31 - 1  # functions.line
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one session may hold (server settings of the same names)."""
+
+    max_request_events: int
+    max_open_requests: int
+    max_session_functions: int
+    max_name_length: int
 
 
 def _check_ranges(batch: ingest_pb2.Batch) -> None:
@@ -85,21 +95,24 @@ class Applied:
     """What applying one batch changed, for the storage transaction."""
 
     functions: list[FunctionRow] = field(default_factory=list)
+    evicted: list[PendingRequest] = field(default_factory=list)  # over --max-open-requests
     drops_requests: dict[str, int] = field(default_factory=dict)
     drops_events: dict[str, int] = field(default_factory=dict)
     events: int = 0
 
 
 class Session:
-    def __init__(self, hello: ingest_pb2.Hello, max_request_events: int) -> None:
+    def __init__(self, hello: ingest_pb2.Hello, limits: Limits) -> None:
         self.id = str(uuid.UUID(bytes=hello.session_id))
         self.service = hello.service
         self.hello = hello
-        self.max_request_events = max_request_events
+        self.limits = limits
         self.functions: dict[int, tuple[int, str]] = {}
         self.interner = StackInterner(self.functions.get)
-        self.pending: dict[int, PendingRequest] = {}
-        self.finished: OrderedDict[int, None] = OrderedDict()
+        # in the order opened; an OrderedDict, as a dict's first key gets slow to find
+        # after many deletions at the front (over --max-open-requests)
+        self.pending: OrderedDict[int, PendingRequest] = OrderedDict()
+        self.finished = FinishedIds()
         self.seqs = SeqTracker()
         self.batch_refs: dict[int, set[int]] = {}  # seq -> open requests with data in it
         self.spooled: set[int] = set()  # seqs whose payload is in the spool
@@ -115,26 +128,36 @@ class Session:
         runs = read_runs(batch.events)  # validates before anything changes
         _check_ranges(batch)
         applied = Applied()
+        limit = self.limits.max_name_length
         for f in batch.functions:
-            name = function_name(f.module, f.qualname)
+            if (
+                f.id not in self.functions
+                and len(self.functions) >= self.limits.max_session_functions
+            ):
+                problems[P.FUNCTION_LIMIT] += 1
+                continue
+            name = function_name(
+                storable(f.module, limit, problems), storable(f.qualname, limit, problems)
+            )
             gid = stable_id(name)
             self.functions[f.id] = (gid, name)
             line = f.line if f.line <= MAX_LINE else 0
-            applied.functions.append(FunctionRow(f.id, gid, name, f.file, line, f.kind))
+            file = storable(f.file, limit, problems)
+            applied.functions.append(FunctionRow(f.id, gid, name, file, line, f.kind))
         for start in batch.request_starts:
-            pending = self._pending(start.request_id, seq, now, problems)
+            pending = self._pending(start.request_id, seq, now, problems, applied)
             if pending is not None:
-                pending.route = start.route[:MAX_ROUTE]
-                pending.method = start.method[:MAX_METHOD]
+                pending.route = storable(start.route, min(limit, MAX_ROUTE), problems)
+                pending.method = storable(start.method, MAX_METHOD, problems)
                 pending.start_ns = start.start_ns
         for lane in batch.lanes:
-            pending = self._pending(lane.request_id, seq, now, problems)
+            pending = self._pending(lane.request_id, seq, now, problems, applied)
             if pending is not None:
                 pending.lanes[lane.lane_id] = LaneInfo(
                     LaneKind(lane.kind)
                     if lane.kind in LaneKind._value2member_map_
                     else LaneKind.THREAD,
-                    lane.name or f"lane {lane.lane_id}",
+                    storable(lane.name, limit, problems) or f"lane {lane.lane_id}",
                     lane.parent_lane,
                     lane.parent_call or None,
                     lane.start_ns or None,
@@ -142,22 +165,22 @@ class Session:
         for run in runs:
             count = len(run.kinds)
             applied.events += count
-            pending = self._pending(run.request_id, seq, now, problems, count)
+            pending = self._pending(run.request_id, seq, now, problems, applied, count)
             if pending is None:
                 continue
-            if pending.events + count > self.max_request_events:
+            if pending.events + count > self.limits.max_request_events:
                 pending.dropped_events += count
                 problems[P.EVENT_CAP] += count
                 continue
             pending.events += count
             pending.runs.append((seq, run))
         for end in batch.request_ends:
-            pending = self._pending(end.request_id, seq, now, problems)
+            pending = self._pending(end.request_id, seq, now, problems, applied)
             if pending is not None:
                 pending.end_ns = end.end_ns
                 pending.status = end.status or None
                 if end.route:
-                    pending.route = end.route[:MAX_ROUTE]
+                    pending.route = storable(end.route, min(limit, MAX_ROUTE), problems)
                 pending.host_truncated = pending.host_truncated or end.truncated
                 pending.running_lanes = frozenset(end.running_lanes)
                 pending.end_seq = seq
@@ -166,19 +189,34 @@ class Session:
         return applied
 
     def _pending(
-        self, request_id: int, seq: int, now: float, problems: Counter, events: int = 1
+        self,
+        request_id: int,
+        seq: int,
+        now: float,
+        problems: Counter,
+        applied: Applied,
+        events: int = 1,
     ) -> PendingRequest | None:
         pending = self.pending.get(request_id)
         if pending is None:
             if request_id in self.finished:
                 problems[P.EVENTS_AFTER_END] += events
                 return None
+            if len(self.pending) >= self.limits.max_open_requests:
+                self._evict_oldest(applied)
             pending = self.pending[request_id] = PendingRequest(request_id)
         if seq not in pending.seqs:
             pending.seqs.add(seq)
             self.batch_refs.setdefault(seq, set()).add(request_id)
         pending.touched = now
         return pending
+
+    def _evict_oldest(self, applied: Applied) -> None:
+        """Makes room for a new request: the first one opened is to be stored truncated now
+        (the caller stores it, and `finish()`es it); its later events count as after its end."""
+        oldest = self.pending.pop(next(iter(self.pending)))
+        self.finished.add(oldest.request_id)
+        applied.evicted.append(oldest)
 
     # --- finishing -------------------------------------------------------------------------
     def complete(self) -> list[PendingRequest]:
@@ -193,9 +231,7 @@ class Session:
         """Forgets a stored request; returns spooled seqs that no longer hold open requests."""
         rid = pending.request_id
         self.pending.pop(rid, None)
-        self.finished[rid] = None
-        if len(self.finished) > RECENTLY_FINISHED:
-            self.finished.popitem(last=False)
+        self.finished.add(rid)
         released = []
         for seq in pending.seqs:
             refs = self.batch_refs.get(seq)

@@ -51,10 +51,12 @@ def save_flamegraph(base: str, path: Path, since: str) -> int:
 def _own_times(node: dict, into: Counter[str]) -> None:
     """Wall time in each function minus its callees': awaiting and sleeping count (an
     awaited `asyncio.sleep` shows in the coroutine that awaits it, not in its callers)."""
-    for child in node["children"]:
+    todo = list(node["children"])  # iteratively: a call tree may be thousands deep
+    while todo:
+        child = todo.pop()
         callees = sum(c["end_ns"] - c["start_ns"] for c in child["children"])
         into[child["function"]] += child["end_ns"] - child["start_ns"] - callees
-        _own_times(child, into)
+        todo.extend(child["children"])
 
 
 def top_functions(request: dict, n: int = 3) -> list[tuple[str, int]]:

@@ -8,7 +8,6 @@ stacks of queries.stack_totals) into the bytes another tool reads. A module decl
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,9 +56,38 @@ class Format:
 
 def json_bytes(content: Any) -> bytes:
     """Compact UTF-8 JSON by orjson (10x the stdlib on big trees); what orjson refuses (an
-    integer beyond 64 bits, say a sum over a very long range) falls back to the stdlib."""
+    integer beyond 64 bits, say a sum over a very long range, or nesting deeper than its
+    255 levels, a deep call tree) is written by `_iterative_json`."""
     try:
         return orjson.dumps(content)
     except orjson.JSONEncodeError:
-        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        return text.encode()
+        return _iterative_json(content)
+
+
+def _iterative_json(content: Any) -> bytes:
+    """Compact JSON of dicts, lists and scalars at any depth: an explicit stack instead of
+    recursion (the stdlib's encoder recurses, and a call tree 16,000 calls deep nests
+    32,000 levels). Items on the stack are values to encode, or bytes to emit as they are."""
+    out: list[bytes] = []
+    todo: list[Any] = [content]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, bytes):
+            out.append(item)
+        elif isinstance(item, dict):
+            parts: list[Any] = [b"{"]
+            for i, (key, value) in enumerate(item.items()):
+                parts += [b"," if i else b"", orjson.dumps(str(key)) + b":", value]
+            parts.append(b"}")
+            todo.extend(reversed(parts))
+        elif isinstance(item, list | tuple):
+            parts = [b"["]
+            for i, value in enumerate(item):
+                parts += [b"," if i else b"", value]
+            parts.append(b"]")
+            todo.extend(reversed(parts))
+        elif type(item) is int:
+            out.append(str(item).encode())
+        else:
+            out.append(orjson.dumps(item))
+    return b"".join(out)

@@ -3,7 +3,7 @@ line, root first; stacks without self time are left out (they add nothing to a f
 
 from __future__ import annotations
 
-from profiler_core.stacks import SEPARATOR
+from profiler_server.assembly.stacktree import StackTree
 from profiler_server.exports.base import Aggregate, Format, RequestProfile, Stacks
 
 
@@ -12,19 +12,31 @@ def lines(stacks: Stacks) -> str:
 
 
 def request_stacks(profile: RequestProfile) -> list[tuple[str, int, int]]:
-    """(signature, self ns, calls) per distinct stack of one request, in first-seen order;
-    every lane's stacks start with the lane's root (its name, e.g. `GET /items/{id}`)."""
-    totals: dict[str, list[int]] = {}
+    """(name, self ns, calls) per distinct stack of one request, in first-seen order;
+    every lane's stacks start with the lane's root (its name, e.g. `GET /items/{id}`).
+    Stacks are interned as a prefix tree (stacktree.py), so a deep request costs the same
+    per call as a shallow one, and named as shown there (a deep one's middle elided)."""
+    tree = StackTree()
+    index: dict[tuple[int, str], int] = {}  # (parent stack, function) -> stack
+    totals: dict[int, list[int]] = {}
     for lane in profile.lanes:
-        todo = [(lane["root"], "")]
+        todo = [(lane["root"], 0)]
         while todo:
-            node, prefix = todo.pop()
-            sig = prefix + node["function"]
-            found = totals.setdefault(sig, [0, 0])
+            node, parent = todo.pop()
+            key = (parent, node["function"])
+            stack = index.get(key)
+            if stack is None:
+                stack = index[key] = tree.add(parent, node["function"])
+            found = totals.setdefault(stack, [0, 0])
             found[0] += node["self_ns"]
             found[1] += 1
-            todo.extend((child, sig + SEPARATOR) for child in reversed(node["children"]))
-    return [(sig, self_ns, calls) for sig, (self_ns, calls) in totals.items()]
+            todo.extend((child, stack) for child in reversed(node["children"]))
+    named: dict[str, list[int]] = {}
+    for stack, (self_ns, calls) in totals.items():
+        found = named.setdefault(tree.name(stack), [0, 0])
+        found[0] += self_ns
+        found[1] += calls
+    return [(name, self_ns, calls) for name, (self_ns, calls) in named.items()]
 
 
 def render_request(profile: RequestProfile) -> bytes:

@@ -83,7 +83,7 @@ class PyroscopeExporter:
         self.timeout = min(MAX_TIMEOUT, interval)
         self.clock = clock
         self._lock = threading.Lock()
-        self._pending: dict[str, dict[str, int]] = {}  # service -> signature -> self ns
+        self._pending: dict[str, dict[str, int]] = {}  # service -> stack name -> self ns
         self._since = clock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -110,8 +110,8 @@ class PyroscopeExporter:
                 for s, sid, (self_ns,) in totals:
                     if self_ns > 0:
                         stacks = self._pending.setdefault(services[s][0], {})
-                        sig = stored.signatures[sid]
-                        stacks[sig] = stacks.get(sig, 0) + self_ns
+                        name = stored.shown(sid) or f"(stack {sid})"
+                        stacks[name] = stacks.get(name, 0) + self_ns
         except Exception as exc:
             self._failed(exc)
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from profiler_core.wire import ingest_pb2
+from profiler_server.access.tokens import IngestTokens, bearer, permits
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.session import MAX_NS
+from profiler_server.assembly.text import storable
+from profiler_server.ingest.lenient import decode_repaired
 from profiler_server.metrics.health import ServerHealth
 from profiler_server.pipeline import Inbound, Pipeline
 
@@ -23,19 +27,23 @@ log = logging.getLogger(__name__)
 
 SERVICE = "request_profiler.v1.Ingest"
 MAX_SERVICE = 200  # sessions.service; hostname and versions are cut to their columns instead
+MAX_HOSTNAME = 255  # sessions.hostname
+MAX_VERSION = 64  # sessions.python_version, sessions.profiler_version
 
 
-def _hello_problem(hello: ingest_pb2.Hello) -> str | None:
-    """Why a Hello cannot be used (None: it can, after cutting overlong descriptions)."""
+def _hello_problem(hello: ingest_pb2.Hello, max_name_length: int, problems: Counter) -> str | None:
+    """Why a Hello cannot be used (None: it can, its text made storable, overlong
+    descriptions cut)."""
     if len(hello.session_id) != 16 or not hello.service:
         return "Hello needs a 16-byte session_id and a service"
     if len(hello.service) > MAX_SERVICE:
         return f"service name longer than {MAX_SERVICE} characters"
     if not (0 <= hello.wall_ns < MAX_NS and 0 <= hello.monotonic_ns < MAX_NS):
         return "wall_ns and monotonic_ns must be clock readings (non-negative ns)"
-    hello.hostname = hello.hostname[:255]
-    hello.python_version = hello.python_version[:64]
-    hello.profiler_version = hello.profiler_version[:64]
+    hello.service = storable(hello.service, MAX_SERVICE, problems)
+    hello.hostname = storable(hello.hostname, min(MAX_HOSTNAME, max_name_length), problems)
+    hello.python_version = storable(hello.python_version, MAX_VERSION, problems)
+    hello.profiler_version = storable(hello.profiler_version, MAX_VERSION, problems)
     if hello.pid > 2**31 - 1:
         hello.pid = 0
     return None
@@ -61,11 +69,21 @@ class StreamHandle:
         self._loop.call_soon_threadsafe(self.outbox.put_nowait, _Abort(code, details))
 
 
+LISTENER = "grpc"
+
+
 class IngestService:
-    def __init__(self, pipeline: Pipeline, health: ServerHealth, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        health: ServerHealth,
+        max_message_bytes: int,
+        tokens: IngestTokens | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.health = health
         self.max_message_bytes = max_message_bytes
+        self.tokens = tokens
         self.draining = asyncio.Event()
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -83,9 +101,10 @@ class IngestService:
     async def stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ingest_pb2.ServerMessage]:
+        services = await self._authenticate(context)
         handle = StreamHandle(asyncio.get_running_loop())
         self.health.open_streams.inc()
-        reader = asyncio.create_task(self._read(requests, handle))
+        reader = asyncio.create_task(self._read(requests, handle, services))
         try:
             while True:
                 message = await handle.outbox.get()
@@ -100,7 +119,31 @@ class IngestService:
                 reader.cancel()
                 await self._submit(Inbound(handle, closed=True))
 
-    async def _read(self, requests: AsyncIterator[bytes], handle: StreamHandle) -> None:
+    async def _authenticate(self, context: grpc.aio.ServicerContext) -> frozenset[str] | None:
+        """The services this stream's token may send for (None: no tokens configured);
+        a stream without a known token ends here, UNAUTHENTICATED, before any message."""
+        if self.tokens is None:
+            return None
+        metadata = dict(context.invocation_metadata() or ())
+        token = bearer(metadata.get("authorization"))
+        services = self.tokens.services_for(token)
+        if services is None:
+            reason = "no_token" if token is None else "bad_token"
+            self.health.denied.labels(LISTENER, reason).inc()
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "this server needs an ingest token: set --token or PROFILER_TOKEN on the host"
+                if token is None
+                else "unknown ingest token (see the server's --ingest-tokens-file)",
+            )
+        return services
+
+    async def _read(
+        self,
+        requests: AsyncIterator[bytes],
+        handle: StreamHandle,
+        services: frozenset[str] | None,
+    ) -> None:
         hello_seen = False
         try:
             async for raw in self._until_draining(requests):
@@ -117,14 +160,34 @@ class IngestService:
                 try:
                     message = ingest_pb2.HostMessage.FromString(raw)
                 except DecodeError:
-                    self.health.rejected.labels(P.GARBAGE).inc()
-                    continue
+                    message = self._repaired(raw)
+                    if message is None:
+                        continue
+                    raw = message.SerializeToString()  # what the spool keeps must decode
                 body = message.WhichOneof("body")
                 if body == "hello":
-                    problem = _hello_problem(message.hello)
+                    if hello_seen:
+                        self.health.rejected.labels(P.SECOND_HELLO).inc()
+                        handle.abort(
+                            grpc.StatusCode.FAILED_PRECONDITION,
+                            "one Hello per stream: open a new stream for another session",
+                        )
+                        break
+                    repaired: Counter = Counter()
+                    problem = _hello_problem(
+                        message.hello, self.pipeline.settings.max_name_length, repaired
+                    )
                     if problem is not None:
                         self.health.rejected.labels(P.BAD_HELLO).inc()
                         handle.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad Hello: {problem}")
+                        break
+                    self.health.count_problems(repaired)
+                    if services is not None and not permits(services, message.hello.service):
+                        self.health.denied.labels(LISTENER, "wrong_service").inc()
+                        handle.abort(
+                            grpc.StatusCode.PERMISSION_DENIED,
+                            f"this ingest token may not send for service {message.hello.service!r}",
+                        )
                         break
                     hello_seen = True
                     await self._submit(Inbound(handle, hello=message.hello))
@@ -147,6 +210,18 @@ class IngestService:
         # After the last message is processed the worker ends the stream (None in outbox).
         # Also after an abort above: the worker must learn that the session's stream ended.
         await self._submit(Inbound(handle, closed=True))
+
+    def _repaired(self, raw: bytes) -> ingest_pb2.HostMessage | None:
+        """A message protobuf refused, with its strings that are not UTF-8 repaired; None
+        (counted as garbage) if it is not a HostMessage even so."""
+        repaired: Counter = Counter()
+        try:
+            message = decode_repaired(raw, repaired)
+        except DecodeError:
+            self.health.rejected.labels(P.GARBAGE).inc()
+            return None
+        self.health.count_problems(repaired)
+        return message
 
     async def _until_draining(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         iterator = aiter(requests)

@@ -7,6 +7,15 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from profiler_core.stacks import cap_label
+from profiler_server.assembly import problems as P
+from profiler_server.metrics.services import ServiceLabels
+
+# Why access checks refuse, per listener (profiler_server/ingest/service.py for gRPC,
+# profiler_server/access/http.py for HTTP): every pair is a series from the start.
+DENIED_REASONS = {
+    "grpc": ("no_token", "bad_token", "wrong_service"),
+    "http": ("bad_host", "no_token", "bad_token", "bad_origin", "no_read_token", "bad_login"),
+}
 
 MAX_REASONS = 32  # distinct host drop reasons exported; the rest are "(other)"
 MAX_REASON_BYTES = 64
@@ -14,7 +23,8 @@ OTHER = "(other)"
 
 
 class ServerHealth:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, max_services: int = 100) -> None:
+        self.services = ServiceLabels(max_services)
         self._reasons: dict[str, set[str]] = {"requests": set(), "events": set()}
         self.events = Counter(
             "profiler_ingest_events", "Events received from hosts.", registry=registry
@@ -31,6 +41,23 @@ class ServerHealth:
             ["reason"],
             registry=registry,
         )
+        self.denied = Counter(
+            "profiler_access_denied",
+            "Streams and HTTP requests refused by the access checks, by listener and reason.",
+            ["listener", "reason"],
+            registry=registry,
+        )
+        self.api_rejected = Counter(
+            "profiler_api_rejected",
+            "HTTP API requests answered 400, by parameter and reason (see docs/api.md).",
+            ["parameter", "reason"],
+            registry=registry,
+        )
+        for listener, reasons in DENIED_REASONS.items():
+            for reason in reasons:
+                self.denied.labels(listener, reason)
+        for reason in P.REASONS:  # every reason is a series from the start, at 0
+            self.rejected.labels(reason)
         self.requests_stored = Counter(
             "profiler_requests_stored",
             "Sampled requests stored, by service.",
@@ -82,15 +109,16 @@ class ServerHealth:
         )
 
     def count_stored(self, service: str, truncated: bool) -> None:
-        self.requests_stored.labels(cap_label(service)).inc()
+        label = self.services(service)
+        self.requests_stored.labels(label).inc()
         if truncated:
-            self.requests_truncated.labels(cap_label(service)).inc()
+            self.requests_truncated.labels(label).inc()
 
     def count_host_drops(
         self, service: str, requests: Mapping[str, int], events: Mapping[str, int]
     ) -> None:
         """Drop counts as hosts report them; their reason labels are capped in number and size."""
-        service = cap_label(service)
+        service = self.services(service)
         for reason, n in requests.items():
             self.host_dropped_requests.labels(service, self._reason("requests", reason)).inc(n)
         for reason, n in events.items():

@@ -2,13 +2,15 @@
 
 Each server exports what *it* ingested, from memory, so counters never decrease (also
 when retention deletes rows) and Prometheus can sum the servers sharing one database.
-Stack labels are bounded per service: a sticky top-k plus `stack="(other)"`.
+Stack labels are bounded per service: a sticky top-k plus `stack="(other)"`. Stacks are
+tracked by id; a stack's label (its name, bounded) is built only for candidates and
+members, so stacks that go to `(other)` cost no name, however deep.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from operator import add
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -26,6 +28,8 @@ from profiler_server.assembly.totals import (
     SELF,
     TOTAL,
 )
+from profiler_server.metrics.requests import RequestMetrics
+from profiler_server.metrics.services import RouteLabels, ServiceLabels
 from profiler_server.storage.writer import StoredRequests
 
 OTHER = "(other)"
@@ -43,10 +47,10 @@ class TopK:
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self.members: set[str] = set()
-        self.candidates: dict[str, int] = {}  # key -> weight since the last promote()
+        self.members: set[Hashable] = set()
+        self.candidates: dict[Hashable, int] = {}  # key -> weight since the last promote()
 
-    def admit(self, key: str, weight: int) -> bool | None:
+    def admit(self, key: Hashable, weight: int) -> bool | None:
         """True: a member; None: a candidate (hold its values); False: goes to `(other)`."""
         if key in self.members:
             return True
@@ -55,7 +59,7 @@ class TopK:
         self.candidates[key] = self.candidates.get(key, 0) + weight
         return None
 
-    def prune(self) -> set[str]:
+    def prune(self) -> set[Hashable]:
         """Bounds the candidates: drops the lightest when too many wait; returns them."""
         if len(self.candidates) <= 10 * self.k:
             return set()
@@ -86,21 +90,27 @@ def _merge(series: dict, key: tuple, values: list[int], maxima: tuple[int, ...] 
 
 class ProfileMetrics(Collector):
     def __init__(
-        self, registry: CollectorRegistry, top_k: int, max_functions: int, max_routes: int
+        self,
+        registry: CollectorRegistry,
+        top_k: int,
+        max_functions: int,
+        max_routes: int,
+        services: ServiceLabels | None = None,
     ) -> None:
+        """`services` bounds the service label (shared with the health metrics)."""
+        self.services = services or ServiceLabels(100)
         self.top_k = top_k
         self.max_functions = max_functions
-        self.max_routes = max_routes
+        self.routes = RouteLabels(max_routes)
         self._lock = threading.Lock()
         self._stack_members: dict[str, TopK] = {}
-        self._stacks: dict[tuple[str, str, str], list[int]] = {}  # service, route, stack
+        self._stacks: dict[tuple[str, str, int | str], list[int]] = {}  # service, route, stack
         self._function_members: dict[str, TopK] = {}
         self._functions: dict[tuple[str, str], list[int]] = {}  # service, function
         # Values of candidates (see TopK), held back until the next promote()
-        self._pending_stacks: dict[tuple[str, str, str], list[int]] = {}
+        self._pending_stacks: dict[tuple[str, str, int | str], list[int]] = {}
         self._pending_functions: dict[tuple[str, str], list[int]] = {}
-        self._routes: dict[str, set[str]] = {}
-        self._labels: dict[str, str] = {}
+        self._stack_labels: dict[str, dict[int, str]] = {}  # service -> stack id -> label
         self._function_labels: dict[int, str] = {}
         self.durations = Histogram(
             "profiler_request_duration_seconds",
@@ -110,6 +120,8 @@ class ProfileMetrics(Collector):
             registry=registry,
         )
         registry.register(self)
+        self.requests = RequestMetrics(self.services, self.routes)  # every request, sampled or not
+        registry.register(self.requests)
 
     def record(self, stored: StoredRequests, names: dict[int, str]) -> None:
         """Adds stored requests; `names` maps function ids to `module:qualname`."""
@@ -118,32 +130,15 @@ class ProfileMetrics(Collector):
             for row, r in zip(stored.rows, route_of.tolist(), strict=True):
                 self.durations.labels(*routes[r]).observe(row["duration_ns"] * NS)
             for r, sid, values in stored.stacks.regroup(route_of).rows((SELF, CALLS)):
-                self._add_stack(*routes[r], stored.signatures[sid], values)
-            services, service_of = stored.regroup(lambda row: (cap_label(row["service"]),))
+                self._add_stack(*routes[r], sid, values, stored.shown)
+            services, service_of = stored.regroup(lambda row: (self.services(row["service"]),))
             for s, fid, totals in stored.functions.regroup(service_of).rows():
                 self._add_function(services[s][0], self._function_label(fid, names), totals)
             self._prune()
 
     def _labels_of(self, row: dict) -> tuple[str, str]:
-        service = cap_label(row["service"])
-        return service, self._route(service, cap_label(row["route"]))
-
-    def _route(self, service: str, route: str) -> str:
-        routes = self._routes.setdefault(service, set())
-        if route in routes:
-            return route
-        if len(routes) >= self.max_routes:
-            return OTHER
-        routes.add(route)
-        return route
-
-    def _label(self, signature: str) -> str:
-        found = self._labels.get(signature)
-        if found is None:
-            if len(self._labels) > 100_000:
-                self._labels.clear()
-            found = self._labels[signature] = label_value(signature)
-        return found
+        service = self.services(row["service"])
+        return service, self.routes(service, row["route"])
 
     def _function_label(self, fid: int, names: dict[int, str]) -> str:
         found = self._function_labels.get(fid)
@@ -154,17 +149,38 @@ class ProfileMetrics(Collector):
             self._function_labels[fid] = found
         return found
 
-    def _add_stack(self, service: str, route: str, signature: str, values: list[int]) -> None:
-        """values: [self ns, calls]"""
+    def _add_stack(
+        self,
+        service: str,
+        route: str,
+        sid: int,
+        values: list[int],
+        shown: Callable[[int], str | None],
+    ) -> None:
+        """values: [self ns, calls]; `shown` names the stack (stacktree.py) if it needs a label."""
         members = self._stack_members.get(service)
         if members is None:
             members = self._stack_members[service] = TopK(self.top_k)
-        label = self._label(signature)
-        admitted = members.admit(label, values[0])
+            self._stack_labels[service] = {}
+        admitted = members.admit(sid, values[0])
         if admitted is None:
-            _merge(self._pending_stacks, (service, route, label), values)
+            labels = self._stack_labels[service]
+            if sid not in labels:
+                labels[sid] = label_value(shown(sid) or f"(stack {sid})")
+            _merge(self._pending_stacks, (service, route, sid), values)
         else:
-            _merge(self._stacks, (service, route, label if admitted else OTHER), values)
+            _merge(self._stacks, (service, route, sid if admitted else OTHER), values)
+
+    def _forget_labels(self) -> None:
+        """Keeps the labels of members and candidates only."""
+        for service, top in self._stack_members.items():
+            labels = self._stack_labels[service]
+            if len(labels) > len(top.members) + len(top.candidates):
+                self._stack_labels[service] = {
+                    sid: label
+                    for sid, label in labels.items()
+                    if sid in top.members or sid in top.candidates
+                }
 
     def _add_function(self, service: str, name: str, totals: list[int]) -> None:
         members = self._function_members.get(service)
@@ -189,6 +205,7 @@ class ProfileMetrics(Collector):
             if any(dropped.values()):
                 for key in [k for k in pending if k[-1] in dropped[k[0]]]:
                     _merge(series, (*key[:-1], OTHER), pending.pop(key), maxima)
+                self._forget_labels()
 
     def _settle(self) -> None:
         for tops, pending, series, maxima in self._tables():
@@ -198,6 +215,7 @@ class ProfileMetrics(Collector):
                 member = key[-1] in tops[key[0]].members
                 _merge(series, key if member else (*key[:-1], OTHER), values, maxima)
             pending.clear()
+        self._forget_labels()
 
     def promote(self) -> None:
         """Settles the candidates: the heaviest become members, the rest go to `(other)`."""
@@ -210,7 +228,10 @@ class ProfileMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             self._settle()
-            stacks = {k: list(v) for k, v in self._stacks.items()}
+            stacks: dict[tuple[str, str, str], list[int]] = {}
+            for (service, route, sid), values in self._stacks.items():
+                label = OTHER if sid == OTHER else self._stack_labels[service][sid]
+                _merge(stacks, (service, route, label), values)  # alike once elided: one
             functions = {k: list(v) for k, v in self._functions.items()}
         return iter(self._families(stacks, functions))
 

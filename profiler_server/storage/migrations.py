@@ -4,10 +4,27 @@ PostgreSQL: an advisory lock makes one of them migrate while the others wait."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine, func, inspect, select, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    MetaData,
+    Table,
+    Text,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+)
 
+from profiler_core.stacks import SEPARATOR
+from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.stacktree import EMPTY_ID, stack_id
 from profiler_server.storage import schema
 
 log = logging.getLogger(__name__)
@@ -29,8 +46,80 @@ def _v2(conn: Connection) -> None:
         conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({', '.join(columns)})"))
 
 
+# Versions 1 and 2 kept each stack as its whole `a;b;c` signature, id stable_id(signature).
+legacy_stacks = Table(
+    "stacks",
+    MetaData(),
+    Column("id", BigInteger, primary_key=True),
+    Column("signature", Text, nullable=False),
+)
+_UNKNOWN_FUNCTION = re.compile(r"\(unknown function (\d+)\)")
+_CHUNK = 5_000
+
+
+def _function_id(frame: str) -> int:
+    """The function id a signature's frame stood for (flatten.StackInterner.child)."""
+    unknown = _UNKNOWN_FUNCTION.fullmatch(frame)
+    return -int(unknown.group(1)) - 1 if unknown else stable_id(frame)
+
+
+def _v3(conn: Connection) -> None:
+    """Stacks as a prefix tree (schema.stack_nodes): each signature becomes the nodes of its
+    frames, and the minute buckets move to the new stack ids; the signatures go."""
+    schema.metadata.create_all(conn, tables=[schema.stack_nodes])
+    if not inspect(conn).has_table(legacy_stacks.name):
+        return
+    renamed = Table(
+        "stack_id_renames",
+        MetaData(),
+        Column("old_id", BigInteger, primary_key=True),
+        Column("new_id", BigInteger, nullable=False),
+        prefixes=["TEMPORARY"],
+    )
+    renamed.create(conn)
+    known: set[int] = set()
+    last = None
+    while True:
+        query = select(legacy_stacks).order_by(legacy_stacks.c.id).limit(_CHUNK)
+        if last is not None:
+            query = query.where(legacy_stacks.c.id > last)
+        rows = conn.execute(query).all()
+        if not rows:
+            break
+        nodes, renames = [], []
+        for old_id, signature in rows:
+            parent = EMPTY_ID
+            for frame in signature.split(SEPARATOR):
+                function = _function_id(frame)
+                node = stack_id(parent, function)
+                if node not in known:
+                    known.add(node)
+                    nodes.append({"id": node, "parent_id": parent, "function_id": function})
+                parent = node
+            renames.append({"old_id": old_id, "new_id": parent})
+        if nodes:
+            conn.execute(insert(schema.stack_nodes), nodes)
+        conn.execute(insert(renamed), renames)
+        last = rows[-1][0]
+    b = schema.stack_buckets.name
+    conn.execute(
+        text(
+            f"UPDATE {b} SET stack_id = (SELECT new_id FROM {renamed.name} r "
+            f"WHERE r.old_id = {b}.stack_id) "
+            f"WHERE stack_id IN (SELECT old_id FROM {renamed.name})"
+        )
+    )
+    renamed.drop(conn)
+    legacy_stacks.drop(conn)
+
+
+def _v4(conn: Connection) -> None:
+    """Every request counted per minute and route (schema.route_minutes)."""
+    schema.route_minutes.create(conn, checkfirst=True)
+
+
 # Append a function for each schema change; never edit a released one.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
 LATEST = len(MIGRATIONS)
 
 

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Engine, FromClause, Table, column, func, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    FromClause,
+    Table,
+    column,
+    func,
+    select,
+    text,
+)
 
 from profiler_core.wire import tree_pb2
 from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.stacktree import EMPTY_ID, StackTree
 from profiler_server.storage import schema
 
 NS_PER_MINUTE = 60_000_000_000
@@ -25,15 +36,21 @@ class RequestFilter:
     function: str | None = None
     order: str = "duration"
     limit: int = 100
+    offset: int = 0
 
 
-def list_requests(engine: Engine, f: RequestFilter) -> list[dict]:
+MAX_COUNT = 100_000  # counting stops past this: over millions of rows it would take seconds
+
+
+def list_requests(engine: Engine, f: RequestFilter) -> tuple[list[dict], int]:
+    """One page of the requests matching `f`, and how many match in all (for paging), up to
+    MAX_COUNT + 1."""
     r = schema.requests
-    query = select(r)
+    source: FromClause = r
     conditions = []
     if f.function:
         rf = schema.request_functions
-        query = query.join(rf, rf.c.request_id == r.c.id)
+        source = r.join(rf, rf.c.request_id == r.c.id)
         conditions.append(rf.c.function_id == stable_id(f.function))
     if f.service:
         conditions.append(r.c.service == f.service)
@@ -51,9 +68,38 @@ def list_requests(engine: Engine, f: RequestFilter) -> list[dict]:
     if f.until_ns is not None:
         conditions.append(r.c.start_ns < f.until_ns)
     order = r.c.duration_ns.desc() if f.order == "duration" else r.c.start_ns.desc()
-    query = query.where(*conditions).order_by(order).limit(f.limit)
+    page = select(r).select_from(source).where(*conditions).order_by(order, r.c.id)
+    matching = select(r.c.id).select_from(source).where(*conditions).limit(MAX_COUNT + 1)
+    count = select(func.count()).select_from(matching.subquery())
     with engine.connect() as conn:
-        return [dict(row) for row in conn.execute(query).mappings()]
+        rows = conn.execute(page.limit(f.limit).offset(f.offset)).mappings()
+        found = [dict(row) for row in rows]
+        return found, conn.execute(count).scalar_one()
+
+
+MAX_NAMES = 5000  # (service, route) pairs answered: the pickers' choices, bounded
+
+
+def service_routes(engine: Engine, since_ns: int | None, until_ns: int | None) -> list[dict]:
+    """Each service with the routes it served in the range (stored requests), by name."""
+    r = schema.requests
+    conditions = []
+    if since_ns is not None:
+        conditions.append(r.c.start_ns >= since_ns)
+    if until_ns is not None:
+        conditions.append(r.c.start_ns < until_ns)
+    query = (
+        select(r.c.service, r.c.route)
+        .where(*conditions)
+        .group_by(r.c.service, r.c.route)
+        .order_by(r.c.service, r.c.route)
+        .limit(MAX_NAMES)
+    )
+    services: dict[str, list[str]] = {}
+    with engine.connect() as conn:
+        for service, route in conn.execute(query):
+            services.setdefault(service, []).append(route)
+    return [{"service": s, "routes": routes} for s, routes in services.items()]
 
 
 def get_request(engine: Engine, request_id: str) -> tuple[dict, tree_pb2.StoredTree] | None:
@@ -130,27 +176,86 @@ def stack_totals(
     since_ns: int | None = None,
     until_ns: int | None = None,
 ) -> list[tuple[str, int, int]]:
-    """(signature, self ns, calls) per stack over the minute buckets of the range."""
-    b, s = _buckets(engine, schema.stack_buckets), schema.stacks
+    """(name as shown, self ns, calls) per stack over the minute buckets of the range, by
+    name. Names come from the prefix tree (stacktree.StackTree), a deep stack's middle
+    elided; stacks that then look alike are added up."""
+    b, s = _buckets(engine, schema.stack_buckets), schema.stack_nodes
     conditions = _bucket_conditions(b, service, route, since_ns, until_ns)
     sums = (func.sum(b.c.self_ns).label("self_ns"), func.sum(b.c.calls).label("calls"))
+    node = (s.c.id, s.c.parent_id, s.c.function_id)
     if _seek_per_key(engine, since_ns, until_ns):
-        query = (
-            select(s.c.signature, *sums)
-            .join(b, b.c.stack_id == s.c.id)
-            .where(*conditions)
-            .group_by(s.c.id)
-        )
+        query = select(*node, *sums).join(b, b.c.stack_id == s.c.id).where(*conditions)
+        query = query.group_by(s.c.id)
     else:
         summed = select(b.c.stack_id, *sums).where(*conditions).group_by(b.c.stack_id).subquery()
-        query = select(s.c.signature, summed.c.self_ns, summed.c.calls).join(
+        query = select(*node, summed.c.self_ns, summed.c.calls).join(
             summed, summed.c.stack_id == s.c.id
         )
     with engine.connect() as conn:
-        return [
-            (sig, int(self_ns), int(calls))
-            for sig, self_ns, calls in conn.execute(query.order_by(s.c.signature))
-        ]
+        rows = conn.execute(query).all()
+        nodes = {sid: (parent, function) for sid, parent, function, _, _ in rows}
+        _add_ancestors(conn, nodes)
+        names = _function_names(conn, {function for _, function in nodes.values()})
+    tree, index = _stack_tree(nodes, names)
+    totals: dict[str, list[int]] = {}
+    for sid, _, _, self_ns, calls in rows:
+        found = totals.setdefault(tree.name(index[sid]), [0, 0])
+        found[0] += int(self_ns)
+        found[1] += int(calls)
+    return [(name, self_ns, calls) for name, (self_ns, calls) in sorted(totals.items())]
+
+
+def _add_ancestors(conn: Connection, nodes: dict[int, tuple[int, int]]) -> None:
+    """Adds the stored nodes of stacks' ancestors that are not in `nodes` yet (rarely any:
+    every prefix of a stack is a stack with calls of its own in the same buckets)."""
+    nodes_table = schema.stack_nodes
+    missing = {parent for parent, _ in nodes.values() if parent and parent not in nodes}
+    while missing:
+        found = {}
+        ids = sorted(missing)
+        for first in range(0, len(ids), SOURCES_PER_QUERY):
+            chunk = ids[first : first + SOURCES_PER_QUERY]
+            query = select(nodes_table).where(nodes_table.c.id.in_(chunk))
+            found.update({sid: (p, f) for sid, p, f in conn.execute(query)})
+        nodes.update(found)
+        missing = {p for p, _ in found.values() if p and p not in nodes}
+
+
+def _function_names(conn: Connection, ids: set[int]) -> dict[int, str]:
+    fn = schema.functions
+    names: dict[int, str] = {}
+    chunks = sorted(ids)
+    for first in range(0, len(chunks), SOURCES_PER_QUERY):
+        chunk = chunks[first : first + SOURCES_PER_QUERY]
+        names.update(conn.execute(select(fn.c.id, fn.c.name).where(fn.c.id.in_(chunk))).all())
+    return names
+
+
+def _frame(function: int, names: dict[int, str]) -> str:
+    """A function's name; an unknown one (never defined by its host) as the ingest named it."""
+    found = names.get(function)
+    if found is not None:
+        return found
+    return f"(unknown function {-function - 1})" if function < 0 else f"(function {function})"
+
+
+def _stack_tree(
+    nodes: dict[int, tuple[int, int]], names: dict[int, str]
+) -> tuple[StackTree, dict[int, int]]:
+    """The stored nodes as a StackTree and each stack id's index in it, parents added before
+    children (iteratively: a stack may be thousands of frames deep). A node whose parent is
+    not stored hangs from the empty stack."""
+    tree = StackTree()
+    index = {EMPTY_ID: 0}
+    for sid in nodes:
+        path = []
+        while sid not in index and len(path) <= len(nodes):
+            path.append(sid)
+            sid = nodes[sid][0] if nodes[sid][0] in nodes else EMPTY_ID
+        for sid in reversed(path):
+            parent, function = nodes[sid]
+            index[sid] = tree.add(index.get(parent, 0), _frame(function, names))
+    return tree, index
 
 
 def function_totals(

@@ -30,7 +30,7 @@ def delete_expired(engine: Engine, cutoff_ns: int, dedup_cutoff: float) -> int:
                 (schema.requests, schema.requests.c.id),
             ):
                 deleted += conn.execute(delete(table).where(column.in_(ids))).rowcount
-        for table in (schema.stack_buckets, schema.function_buckets):
+        for table in (schema.stack_buckets, schema.function_buckets, schema.route_minutes):
             keys = select(table.c.minute).where(table.c.minute < minute).limit(1)
             if conn.execute(keys).first() is not None:
                 deleted += conn.execute(delete(table).where(table.c.minute < minute)).rowcount

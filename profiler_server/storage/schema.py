@@ -16,6 +16,8 @@ from sqlalchemy import (
     Text,
 )
 
+from profiler_core.latency import BUCKETS
+
 metadata = MetaData()
 
 schema_version = Table(
@@ -59,11 +61,14 @@ session_functions = Table(
     Column("function_id", BigInteger, nullable=False),
 )
 
-stacks = Table(
-    "stacks",
+# A stack is its parent stack and its leaf function (a prefix tree, stacktree.py): a deep
+# stack costs one row, never a copy of its prefix. Names are built where they are shown.
+stack_nodes = Table(
+    "stack_nodes",
     metadata,
-    Column("id", BigInteger, primary_key=True),  # stable_id(signature)
-    Column("signature", Text, nullable=False),
+    Column("id", BigInteger, primary_key=True),  # stacktree.stack_id(parent_id, function_id)
+    Column("parent_id", BigInteger, nullable=False),  # 0: an outermost call's stack
+    Column("function_id", BigInteger, nullable=False),  # functions.id (negative: unknown)
 )
 
 # Every batch ever stored (dedup), with its payload kept while it holds a request that
@@ -148,6 +153,24 @@ function_buckets = Table(
     Column("ready_ns", BigInteger, nullable=False),
     Column("max_ns", BigInteger, nullable=False),
     Column("max_slice_ns", BigInteger, nullable=False),
+)
+
+# Every request the hosts served, sampled or not (schema version 3), per minute of the host's
+# report: the count, the sum of durations and one count per duration bucket
+# (`profiler_core.latency`: b0 .. b41).
+ROUTE_MINUTE_BUCKETS = tuple(f"b{i}" for i in range(BUCKETS))
+
+route_minutes = Table(
+    "route_minutes",
+    metadata,
+    Column("minute", BigInteger, primary_key=True),
+    Column("service", String(200), primary_key=True),
+    Column("route", String(500), primary_key=True),
+    Column("method", String(16), primary_key=True),
+    Column("status_class", Integer, primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("duration_ns", BigInteger, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in ROUTE_MINUTE_BUCKETS),
 )
 
 # Schema version 2 (migrations._v2) adds these covering indexes on SQLite, for the flame

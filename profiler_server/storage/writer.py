@@ -28,28 +28,32 @@ class StoredRequests:
     trees: list[bytes]  # serialized StoredTree
     stacks: Totals  # key: stack id
     functions: Totals  # key: function id
-    signatures: dict[int, str]  # stack id -> signature
+    nodes: dict[int, tuple[int, int]]  # stack id -> (parent stack id, function id)
+    shown: Callable[[int], str | None]  # stack id -> name as shown (None: not one of these)
 
     @classmethod
     def of(cls, rows: list[dict], summary: Summary) -> StoredRequests:
-        return cls(rows, summary.trees, summary.stacks, summary.functions, summary.signatures)
+        return cls(
+            rows, summary.trees, summary.stacks, summary.functions, summary.nodes, summary.shown
+        )
 
     @classmethod
     def empty(cls) -> StoredRequests:
-        return cls([], [], Totals.empty(), Totals.empty(), {})
+        return cls([], [], Totals.empty(), Totals.empty(), {}, _unknown)
 
     @classmethod
     def concat(cls, parts: list[StoredRequests]) -> StoredRequests:
         offsets = np.cumsum([0, *(len(p) for p in parts)])[:-1].tolist()
-        signatures: dict[int, str] = {}
+        nodes: dict[int, tuple[int, int]] = {}
         for p in parts:
-            signatures.update(p.signatures)
+            nodes.update(p.nodes)
         return cls(
             [row for p in parts for row in p.rows],
             [tree for p in parts for tree in p.trees],
             Totals.concat([p.stacks for p in parts], offsets),
             Totals.concat([p.functions for p in parts], offsets),
-            signatures,
+            nodes,
+            _first_shown([p.shown for p in parts]),
         )
 
     def __len__(self) -> int:
@@ -62,7 +66,8 @@ class StoredRequests:
             [tree for tree, k in zip(self.trees, keep, strict=True) if k],
             self.stacks.select(mask),
             self.functions.select(mask),
-            self.signatures,
+            self.nodes,
+            self.shown,
         )
 
     def regroup(self, key: Callable[[dict], tuple]) -> tuple[list[tuple], np.ndarray]:
@@ -71,6 +76,23 @@ class StoredRequests:
         distinct = sorted(set(keys))
         number = {k: i for i, k in enumerate(distinct)}
         return distinct, np.array([number[k] for k in keys], dtype=np.int64)
+
+
+def _unknown(_: int) -> None:
+    return None
+
+
+def _first_shown(parts: list[Callable[[int], str | None]]) -> Callable[[int], str | None]:
+    """Names from several sessions' stacks: the first that knows the stack names it."""
+
+    def shown(sid: int) -> str | None:
+        for part in parts:
+            name = part(sid)
+            if name is not None:
+                return name
+        return None
+
+    return shown
 
 
 @dataclass
@@ -82,6 +104,7 @@ class WriteSet:
     spool: list[dict] = field(default_factory=list)
     release: list[tuple[str, int]] = field(default_factory=list)
     requests: list[StoredRequests] = field(default_factory=list)  # one entry per session
+    route_minutes: list[tuple] = field(default_factory=list)  # route_minutes rows
 
     def __bool__(self) -> bool:
         return any(
@@ -93,6 +116,7 @@ class WriteSet:
                 self.spool,
                 self.release,
                 self.requests,
+                self.route_minutes,
             )
         )
 
@@ -117,8 +141,10 @@ _Columns = tuple[str, ...]
 _TREE_COLUMNS = tuple(schema.request_trees.c.keys())
 _REQUEST_FUNCTION_COLUMNS = tuple(schema.request_functions.c.keys())
 _REQUEST_FUNCTION_TOTALS = (CALLS, TOTAL, SELF, ACTIVE, MAX)
+_STACK_COLUMNS = tuple(schema.stack_nodes.c.keys())
 _STACK_BUCKET_COLUMNS = tuple(schema.stack_buckets.c.keys())
 _FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
+_ROUTE_MINUTE_COLUMNS = tuple(schema.route_minutes.c.keys())
 
 
 @cache
@@ -246,7 +272,11 @@ class Writer:
         self._known_stacks: set[int] = set()
 
     def write(self, ws: WriteSet) -> StoredRequests:
-        """Stores everything in one transaction; returns the requests that were new."""
+        """Stores everything in one transaction; returns the requests that were new. The ids
+        it inserted are remembered only once committed: after a rollback they are retried."""
+        new_functions: list[int] = []
+        new_stacks: list[int] = []
+        stored = StoredRequests.empty()
         with self.engine.begin() as conn:
             if ws.sessions:
                 self._upsert_sessions(conn, ws.sessions)
@@ -260,7 +290,7 @@ class Writer:
                     .values(heartbeat=time.time()),
                     [{"sid": sid} for sid in ws.heartbeats],
                 )
-            self._insert_functions(conn, ws)
+            new_functions = self._insert_functions(conn, ws)
             if ws.spool:
                 conn.execute(_insert(conn, schema.spool).on_conflict_do_nothing(), ws.spool)
             if ws.release:
@@ -275,9 +305,15 @@ class Writer:
                     .values(payload=None),
                     [{"sid": sid, "sq": seq} for sid, seq in ws.release],
                 )
-            if not ws.requests:
-                return StoredRequests.empty()
-            return self._insert_requests(conn, ws.requests)
+            if ws.route_minutes:
+                _BULK[conn.dialect.name].upsert(
+                    conn, schema.route_minutes, _ROUTE_MINUTE_COLUMNS, ws.route_minutes
+                )
+            if ws.requests:
+                stored, new_stacks = self._insert_requests(conn, ws.requests)
+        self._remember(self._known_functions, new_functions)
+        self._remember(self._known_stacks, new_stacks)
+        return stored
 
     def _upsert_sessions(self, conn: Connection, rows: list[dict]) -> None:
         stmt = _insert(conn, schema.sessions)
@@ -287,7 +323,7 @@ class Writer:
         )
         conn.execute(stmt, rows)
 
-    def _insert_functions(self, conn: Connection, ws: WriteSet) -> None:
+    def _insert_functions(self, conn: Connection, ws: WriteSet) -> list[int]:
         new = [f for f in ws.functions if f["id"] not in self._known_functions]
         if new:
             unique = {f["id"]: f for f in new}
@@ -300,9 +336,12 @@ class Writer:
                 _insert(conn, schema.session_functions).on_conflict_do_nothing(),
                 ws.session_functions,
             )
-        self._remember(self._known_functions, (f["id"] for f in new))
+        return [f["id"] for f in new]
 
-    def _insert_requests(self, conn: Connection, parts: list[StoredRequests]) -> StoredRequests:
+    def _insert_requests(
+        self, conn: Connection, parts: list[StoredRequests]
+    ) -> tuple[StoredRequests, list[int]]:
+        """Returns the requests inserted and the stack ids it inserted."""
         # A request stored before (resent batch, another server) is skipped as a whole,
         # aggregates included: RETURNING tells which rows were really inserted.
         items = StoredRequests.concat(parts)
@@ -312,7 +351,7 @@ class Writer:
         inserted = bulk.insert_new(conn, schema.requests, columns, [row(r) for r in items.rows])
         stored = items.select([r["id"] in inserted for r in items.rows])
         if not stored:
-            return stored
+            return stored, []
         ids = [r["id"] for r in stored.rows]
         bulk.insert(
             conn, schema.request_trees, _TREE_COLUMNS, list(zip(ids, stored.trees, strict=True))
@@ -327,7 +366,7 @@ class Writer:
             ]
             bulk.insert(conn, schema.request_functions, _REQUEST_FUNCTION_COLUMNS, function_rows)
         stack_rows, function_bucket_rows = _buckets(stored)
-        self._insert_stacks(conn, stored.signatures)
+        new_stacks = self._insert_stacks(conn, stored.nodes)
         if stack_rows:
             bulk.upsert(conn, schema.stack_buckets, _STACK_BUCKET_COLUMNS, stack_rows)
         if function_bucket_rows:
@@ -338,16 +377,14 @@ class Writer:
                 function_bucket_rows,
                 greatest=("max_ns", "max_slice_ns"),
             )
-        return stored
+        return stored, new_stacks
 
-    def _insert_stacks(self, conn: Connection, signatures: dict[int, str]) -> None:
-        new = {k: v for k, v in signatures.items() if k not in self._known_stacks}
+    def _insert_stacks(self, conn: Connection, nodes: dict[int, tuple[int, int]]) -> list[int]:
+        new = {k: v for k, v in nodes.items() if k not in self._known_stacks}
         if new:
-            conn.execute(
-                _insert(conn, schema.stacks).on_conflict_do_nothing(),
-                [{"id": k, "signature": v} for k, v in sorted(new.items())],
-            )
-            self._remember(self._known_stacks, new)
+            rows = [(k, parent, function) for k, (parent, function) in sorted(new.items())]
+            _BULK[conn.dialect.name].insert_new(conn, schema.stack_nodes, _STACK_COLUMNS, rows)
+        return list(new)
 
     @staticmethod
     def _remember(known: set[int], ids: Iterable[int]) -> None:

@@ -1,7 +1,8 @@
-"""A one-module Django project served over ASGI: sync views run through asgiref's
-`sync_to_async` in a per-request thread-sensitive context (whose executor is joined in a
-thread of its own as the request ends), async views on the loop; `fast/<id>/` is an async
-view that answers at once, for the overhead benchmarks."""
+"""A one-module Django project served over ASGI (`app`; `wsgi` under gunicorn): sync
+views run through asgiref's `sync_to_async` in a per-request thread-sensitive context
+(whose executor is joined in a thread of its own as the request ends), async views on the
+loop; `fast/<id>/` is an async view that answers at once, for the overhead benchmarks;
+`shop/` nests `include()`s (whose routes Django joins into one template)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ settings.configure(
 django.setup()
 
 from django.core.asgi import get_asgi_application  # noqa: E402 - after settings
+from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.http import Http404, HttpRequest, JsonResponse  # noqa: E402
-from django.urls import path  # noqa: E402
+from django.urls import include, path  # noqa: E402
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -49,6 +51,16 @@ urlpatterns = [
     path("items/<int:item_id>/", item),
     path("async/<int:item_id>/", async_item),
     path("fast/<int:item_id>/", fast_item),
+    path(
+        "shop/",
+        include(
+            [
+                path("items/<int:item_id>/", item),
+                path("orders/", include([path("<int:item_id>/", item)])),
+            ]
+        ),
+    ),
 ]
 
 app = get_asgi_application()
+wsgi = get_wsgi_application()  # the same views under gunicorn

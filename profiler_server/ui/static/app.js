@@ -1,9 +1,12 @@
-// The router: `#/requests?...`, `#/request/<id>`, `#/flame?...`, `#/diff?...`.
-import { hideTooltip, setStatus, ui } from "./common.js";
+// The router: `#/requests?...`, `#/request/<id>`, `#/flame?...`, `#/diff?...`. The menu's
+// links carry the time range from view to view.
+import { hideTooltip, LoginNeeded, setStatus, ui } from "./common.js";
 import { diffView } from "./diff.js";
 import { flameView } from "./flame.js";
+import { loginView } from "./login.js";
 import { requestView } from "./request.js";
 import { requestsView } from "./requests.js";
+import { rangeParams } from "./timerange.js";
 
 const views = {
   requests: requestsView,
@@ -19,8 +22,10 @@ async function route() {
   const view = views[name] ? name : "requests";
   const params = Object.fromEntries(new URLSearchParams(query || ""));
   const root = document.getElementById("view");
+  const range = new URLSearchParams(rangeParams(params)).toString();
   for (const link of document.querySelectorAll("nav a")) {
     link.classList.toggle("active", link.dataset.view === (view === "request" ? "requests" : view));
+    if (view !== "request") link.href = `#/${link.dataset.view}${range ? `?${range}` : ""}`;
   }
   ui.view = null;
   redraw = null;
@@ -30,6 +35,12 @@ async function route() {
     redraw = await views[view](root, params, decodeURIComponent(rest.join("/")));
     setStatus("");
   } catch (error) {
+    if (error instanceof LoginNeeded) {
+      loginView(root, error.message, route);
+      setStatus("");
+      ui.view = "login";
+      return;
+    }
     setStatus(`error: ${error.message}`);
   }
   ui.view = view;

@@ -10,17 +10,22 @@ export function apiURL(path, params = {}) {
   return query ? `${path}?${query}` : path;
 }
 
+// The server asks for its read token (401: none sent, 403: a wrong one): the UI logs in.
+export class LoginNeeded extends Error {}
+
 export async function getJSON(path, params = {}) {
   const response = await fetch(apiURL(path, params));
   const body = await response.json();
+  if (response.status === 401 || response.status === 403) throw new LoginNeeded(body.error);
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
 }
 
+// Each unit from where its rounded figure would reach 1000 of the unit below (no "1000 µs").
 export function formatNs(ns) {
-  if (ns >= 1e9) return `${(ns / 1e9).toFixed(2)} s`;
-  if (ns >= 1e6) return `${(ns / 1e6).toFixed(ns >= 1e8 ? 0 : 1)} ms`;
-  if (ns >= 1e3) return `${(ns / 1e3).toFixed(0)} µs`;
+  if (ns >= 999.5e6) return `${(ns / 1e9).toFixed(2)} s`;
+  if (ns >= 999.5e3) return `${(ns / 1e6).toFixed(ns >= 99.95e6 ? 0 : 1)} ms`;
+  if (ns >= 999.5) return `${(ns / 1e3).toFixed(0)} µs`;
   return `${Math.round(ns)} ns`;
 }
 

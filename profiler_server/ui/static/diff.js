@@ -1,23 +1,41 @@
 // Two time ranges compared (what got slower after a deploy): both flame graphs fetched and
 // diffed here. Frames are sized by the later range; red = a larger share of its range's
 // time than before, blue = smaller. Shares, not times, so ranges of unequal traffic compare.
-import { el, formatNs, getJSON, table, ui } from "./common.js";
-import { RANGE_FIELDS } from "./flame.js";
-import { filterForm } from "./form.js";
+import { el, formatNs, table, ui } from "./common.js";
+import { rangeStacks } from "./flame.js";
+import { filterForm, rangeBar } from "./form.js";
+import { linkPickers, loadServices, pickerFields } from "./pickers.js";
+import { resolveRange } from "./timerange.js";
 import { Icicle, buildTree, icicleToolbar } from "./icicle.js";
 
-const HOUR_MS = 3600 * 1000;
-
-function defaults(params) {
+// "after" is the view's time range; "before" is the window of the same length just before
+// it, unless the URL names one (before_since, before_until).
+function windows(params) {
   const now = Date.now();
+  let after = resolveRange(params, now);
+  if (!after.since) after = resolveRange({}, now); // an open start has no length
+  const until = after.until ? Date.parse(after.until) : now;
+  const span = until - Date.parse(after.since);
   const iso = (ms) => new Date(ms).toISOString();
-  return {
-    before_since: iso(now - 25 * HOUR_MS),
-    before_until: iso(now - HOUR_MS),
-    after_since: iso(now - HOUR_MS),
-    after_until: iso(now + 60000),
-    ...params,
+  const before = {
+    since: params.before_since || iso(Date.parse(after.since) - span),
+    until: params.before_until || after.since,
   };
+  return { before, after: { since: after.since, until: iso(until) } };
+}
+
+const when = ({ since, until }) =>
+  `${new Date(since).toLocaleString()} – ${new Date(until).toLocaleString()}`;
+
+// Says so when a side has nothing: a diff against nothing is no diff.
+function emptySides(sides, stacks) {
+  const empty = ["before", "after"].filter((_, i) => !stacks[i].length);
+  if (!empty.length) return ""; // nothing shown (replaceChildren would print null)
+  const lines = empty.map(
+    (side) => `The ${side} range (${when(sides[side])}) holds no stacks: nothing to compare.`,
+  );
+  const advice = "Pick a longer time range, or other dates.";
+  return el("p", { class: "warn notice", id: "empty-side" }, lines.join(" "), " ", advice);
 }
 
 const share = (node, s, root) => node.total[s] / Math.max(1, root.total[s]);
@@ -40,20 +58,14 @@ function changes(stacks, roots) {
   }));
 }
 
-export async function diffView(root, raw) {
-  const params = defaults(raw);
+export async function diffView(root, params) {
+  const sides = windows(params);
   const scope = { service: params.service, route: params.route };
+  const services = await loadServices({ since: sides.before.since, until: sides.after.until });
   const [before, after] = await Promise.all(
-    ["before", "after"].map((side) =>
-      getJSON("/api/flamegraph", {
-        ...scope,
-        since: params[`${side}_since`],
-        until: params[`${side}_until`],
-        format: "json",
-      }),
-    ),
+    [sides.before, sides.after].map((side) => rangeStacks(scope, side, services)),
   );
-  const tree = buildTree([before.stacks, after.stacks]);
+  const tree = buildTree([before, after]);
   const delta = (n) => share(n, 1, tree) - share(n, 0, tree);
   let biggest = 1e-9;
   for (const todo = [tree]; todo.length; ) {
@@ -78,20 +90,23 @@ export async function diffView(root, raw) {
     ],
   });
   const fields = [
-    ...RANGE_FIELDS,
-    ["before_since", "before: from", "time"],
-    ["before_until", "to", "time"],
-    ["after_since", "after: from", "time"],
-    ["after_until", "to", "time"],
+    ...pickerFields(services, params),
+    ["before_since", "before: from (blank: the preceding window)", "time"],
+    ["before_until", "before: to", "time"],
   ];
-  const rows = changes([before.stacks, after.stacks], tree.total);
+  const form = filterForm("diff", fields, params, "Compare");
+  linkPickers(form, services);
+  const rows = changes([before, after], tree.total);
   root.replaceChildren(
-    filterForm("diff", fields, params, "Compare"),
+    rangeBar("diff", params),
+    form,
+    el("p", { class: "hint", id: "sides" }, `before: ${when(sides.before)} · after: ${when(sides.after)}`),
+    emptySides(sides, [before, after]),
     el(
       "p",
       { class: "hint" },
-      `before: ${before.stacks.length} stacks, ${formatNs(tree.total[0])}; after: `,
-      `${after.stacks.length} stacks, ${formatNs(tree.total[1])}. Sized by after; `,
+      `before: ${before.length} stacks, ${formatNs(tree.total[0])}; after: `,
+      `${after.length} stacks, ${formatNs(tree.total[1])}. Sized by after; `,
       el("span", { class: "up" }, "red: larger share"),
       ", ",
       el("span", { class: "down" }, "blue: smaller share"),

@@ -1,26 +1,39 @@
 // Aggregates over a service/route/time range: the flame graph and the top functions.
 import { colourFor, el, exportLinks, formatNs, getJSON, table, ui } from "./common.js";
-import { filterForm } from "./form.js";
 import { Icicle, buildTree, icicleToolbar } from "./icicle.js";
+import { loadServices, pickerForm } from "./pickers.js";
+import { rangeBar } from "./form.js";
+import { resolveRange } from "./timerange.js";
 
-export const RANGE_FIELDS = [
-  ["service", "service", "text"],
-  ["route", "route", "text"],
-];
-
-const FIELDS = [...RANGE_FIELDS, ["since", "since", "time"], ["until", "until", "time"]];
 const percent = (part, whole) => `${((100 * part) / Math.max(1, whole)).toFixed(1)}%`;
+const MAX_SERVICE_ROOTS = 20; // more services than this share one root
+
+// The stacks of a range: with no service picked and several services in the range, each
+// service's stacks under a root frame of its own (`service <name>`), fetched side by side.
+export async function rangeStacks(scope, range, services) {
+  const load = (service) =>
+    getJSON("/api/flamegraph", { ...scope, service, ...range, format: "json" });
+  const shown = services.filter((s) => !scope.route || s.routes.includes(scope.route));
+  const several = shown.length > 1 && shown.length <= MAX_SERVICE_ROOTS;
+  if (scope.service || !several) return (await load(scope.service)).stacks;
+  const graphs = await Promise.all(shown.map((s) => load(s.service)));
+  return graphs.flatMap((graph, i) =>
+    graph.stacks.map((s) => ({ ...s, stack: `service ${shown[i].service};${s.stack}` })),
+  );
+}
 
 export async function flameView(root, params) {
-  const { service, route, since, until } = params;
+  const { service, route } = params;
+  const { since, until } = resolveRange(params);
   const range = { service, route, since, until };
-  const [graph, totals] = await Promise.all([
-    getJSON("/api/flamegraph", { ...range, format: "json" }),
+  const services = await loadServices({ since, until });
+  const [stacks, totals] = await Promise.all([
+    rangeStacks({ service, route }, { since, until }, services),
     getJSON("/api/functions", range),
   ]);
   const sources = new Map(totals.functions.map((f) => [f.function, `${f.file}:${f.line}`]));
   const started = performance.now();
-  const tree = buildTree([graph.stacks]);
+  const tree = buildTree([stacks]);
   ui.layouts = { ...ui.layouts, flame: performance.now() - started };
   const chartBox = el("div", { class: "chart-box" });
   const ns = (v) => formatNs(v);
@@ -37,11 +50,12 @@ export async function flameView(root, params) {
     ],
   });
   root.replaceChildren(
-    filterForm("flame", FIELDS, params),
+    rangeBar("flame", params),
+    pickerForm("flame", services, params),
     el(
       "p",
       { class: "hint" },
-      `${graph.stacks.length} stacks, ${formatNs(tree.total[0])} · `,
+      `${stacks.length} stacks, ${formatNs(tree.total[0])} · `,
       exportLinks("/api/flamegraph", range, [
         ["folded", "folded stacks"],
         ["speedscope", "speedscope"],

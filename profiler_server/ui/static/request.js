@@ -50,6 +50,38 @@ function legend() {
   );
 }
 
+function statusBadge(status) {
+  const failed = status === null || status === undefined || status >= 500;
+  const text = status ?? "unknown (no response)";
+  const title = failed ? "server error or no response" : status >= 400 ? "refused" : "ok";
+  const cls = failed || status >= 400 ? "status-error" : "status-ok";
+  return el("span", { id: "request-status", class: cls, title }, `${text}`);
+}
+
+// The exception that left the request's code: the outermost call of the main lane that
+// ended by an exception, and the innermost call it came from (down the chain of calls
+// that also ended by one).
+function escapedException(lanes) {
+  const main = lanes.find((lane) => lane.kind === "main");
+  const top = main?.root.children.find((node) => node.outcome === "exception");
+  if (!top) return null;
+  let origin = top;
+  for (;;) {
+    const next = origin.children.findLast((node) => node.outcome === "exception");
+    if (!next) return { top, origin };
+    origin = next;
+  }
+}
+
+function exceptionLine(lanes) {
+  const found = escapedException(lanes);
+  if (!found) return ""; // nothing shown (replaceChildren would print null)
+  const { top, origin } = found;
+  const where = origin === top ? "" : `, raised in ${origin.function}`;
+  const text = `Exception: ${top.function} ended by an exception${where}`;
+  return el("p", { id: "request-exception", class: "exception" }, text);
+}
+
 // `qualname` over a grey `module`, so the side table stays narrow.
 function nameCell(name) {
   const cut = name.indexOf(":");
@@ -107,11 +139,13 @@ export async function requestView(root, id) {
       "div",
       { class: "summary" },
       el("h2", {}, `${body.method} ${body.route}`),
-      el("span", {}, `${body.service} · status ${body.status ?? "—"}`),
+      el("span", {}, `${body.service} · status `),
+      statusBadge(body.status),
       el("span", {}, ` · ${formatMs(body.duration_ms)}`),
       el("span", {}, ` · ${body.calls} calls · ${body.lanes.length} lanes · ${body.start}`),
       body.truncated ? el("span", { class: "warn" }, " · truncated") : null,
     ),
+    exceptionLine(body.lanes),
     el(
       "div",
       { class: "toolbar" },

@@ -1,102 +1,96 @@
-// The request list: filters, the slowest or newest requests, and a duration histogram of
-// one route (click a bar to list the requests in it).
-import { ROW, sizeCanvas, timed } from "./canvas.js";
-import { el, formatMs, getJSON, hideTooltip, showTooltip, table } from "./common.js";
-import { filterForm, go } from "./form.js";
+// The request list: the time range, filters (service and route picked from the stored
+// requests), one page of the slowest or newest requests with the total, and a duration
+// histogram of one route of the range (click a bar to list the requests in it).
+import { el, formatMs, getJSON, table } from "./common.js";
+import { filterForm, go, rangeBar } from "./form.js";
+import { histogram } from "./histogram.js";
+import { linkPickers, loadServices, pickerFields, routesOf } from "./pickers.js";
+import { resolveRange } from "./timerange.js";
+
+const PAGE = 100;
+const HISTOGRAM_SAMPLES = 1000; // the API's largest page
 
 const FIELDS = [
-  ["service", "service", "text"],
-  ["route", "route", "text"],
   ["status", "status", "text"],
   ["min_duration_ms", "min ms", "number"],
   ["max_duration_ms", "max ms", "number"],
-  ["since", "since", "time"],
-  ["until", "until", "time"],
   ["function", "called function", "text"],
   ["order", "sort by", "text", ["duration", "start"]],
-  ["limit", "limit", "number"],
+  ["limit", "page size", "number"],
 ];
-const BINS = 30;
-const HEIGHT = 120;
 
-function bins(durations) {
-  const low = Math.log(Math.max(0.01, Math.min(...durations))) - 0.05;
-  const high = Math.log(Math.max(...durations)) + 0.05;
-  const step = (high - low) / BINS;
-  const counts = new Array(BINS).fill(0);
-  for (const d of durations) counts[Math.min(BINS - 1, Math.floor((Math.log(d) - low) / step))]++;
-  return counts.map((count, i) => ({
-    count,
-    from: Math.exp(low + i * step),
-    to: Math.exp(low + (i + 1) * step),
-  }));
-}
-
-function histogram(container, durations, onPick) {
-  const canvas = el("canvas", { class: "chart", "aria-label": "duration histogram" });
-  container.replaceChildren(canvas);
-  const bars = bins(durations);
-  const most = Math.max(...bars.map((b) => b.count));
-  const width = Math.max(200, container.clientWidth);
-  const barWidth = width / BINS;
-  timed("histogram", (drawn) => {
-    const ctx = sizeCanvas(canvas, width, HEIGHT + ROW);
-    bars.forEach((bar, i) => {
-      const h = (HEIGHT * bar.count) / most;
-      ctx.fillStyle = "#e07b39";
-      ctx.fillRect(i * barWidth + 1, HEIGHT - h, barWidth - 2, h);
-      drawn.push({ label: `${bar.count}`, x: i * barWidth, y: HEIGHT - h, w: barWidth, h, ...bar });
-    });
-    ctx.fillStyle = "#333";
-    ctx.fillText(formatMs(bars[0].from), 2, HEIGHT + ROW / 2);
-    const last = formatMs(bars[BINS - 1].to);
-    ctx.fillText(last, width - ctx.measureText(last).width - 2, HEIGHT + ROW / 2);
-  });
-  const barAt = (event) => bars[Math.floor((event.offsetX / width) * BINS)];
-  canvas.addEventListener("mousemove", (event) => {
-    const bar = barAt(event);
-    const range = bar && `${formatMs(bar.from)} – ${formatMs(bar.to)}`;
-    if (bar) showTooltip(event, [["requests", `${bar.count}`], ["duration", range]]);
-  });
-  canvas.addEventListener("mouseleave", hideTooltip);
-  canvas.addEventListener("click", (event) => {
-    const bar = barAt(event);
-    if (bar?.count) onPick(bar);
-  });
-}
-
-async function routeHistogram(container, params, route) {
-  const { service, since, until } = params;
-  const query = { service, route, since, until, order: "start", limit: 1000 };
-  const { requests } = await getJSON("/api/requests", query);
-  if (!requests.length) return container.replaceChildren("no requests");
-  histogram(container, requests.map((r) => r.duration_ms), (bar) =>
+async function routeHistogram(container, params, range, route) {
+  const { service } = params;
+  const query = { service, route, ...range, order: "start", limit: HISTOGRAM_SAMPLES };
+  const { requests, total, total_capped: capped } = await getJSON("/api/requests", query);
+  if (!requests.length) return container.replaceChildren("no requests in this range");
+  const caption = el(
+    "p",
+    { class: "hint", id: "histogram-caption" },
+    total > requests.length
+      ? `the newest ${requests.length.toLocaleString()} of ${capped ? "over " : ""}${total.toLocaleString()} requests`
+      : `${total.toLocaleString()} request${total === 1 ? "" : "s"}`,
+  );
+  const plot = el("div");
+  container.replaceChildren(caption, plot);
+  histogram(plot, requests.map((r) => r.duration_ms), (bar) =>
     go("requests", {
       ...params,
       route,
+      offset: "",
       min_duration_ms: Math.floor(bar.from * 1000) / 1000,
       max_duration_ms: Math.ceil(bar.to * 1000) / 1000,
     }),
   );
 }
 
+// "1–100 of 2,345 requests" (the API stops counting at 100,000: "of over 100,000").
+function pager(params, offset, limit, shown, { total, total_capped: capped }) {
+  const to = (next) => () => go("requests", { ...params, offset: next });
+  const of = `of ${capped ? "over " : ""}${total.toLocaleString()} requests`;
+  const info = shown
+    ? `${(offset + 1).toLocaleString()}–${(offset + shown).toLocaleString()} ${of}`
+    : `0 ${of}`;
+  const last = shown < limit || (!capped && offset + shown >= total);
+  return el(
+    "div",
+    { class: "toolbar pager" },
+    el("button", { id: "prev", disabled: offset <= 0, onclick: to(Math.max(0, offset - limit)) }, "‹ Previous"),
+    el("span", { id: "page-info" }, info),
+    el("button", { id: "next", disabled: last, onclick: to(offset + limit) }, "Next ›"),
+  );
+}
+
 export async function requestsView(root, params) {
-  const { requests } = await getJSON("/api/requests", { order: "duration", limit: 100, ...params });
-  const routes = [...new Set(requests.map((r) => r.route))];
-  const chosen = params.route || routes[0];
+  const range = resolveRange(params);
+  const limit = Number(params.limit) || PAGE;
+  const offset = Number(params.offset) || 0;
+  const query = { order: "duration", ...params, since: range.since, until: range.until };
+  delete query.range;
+  const [page, services] = await Promise.all([
+    getJSON("/api/requests", { ...query, limit, offset }),
+    loadServices(range),
+  ]);
+  const { requests } = page;
+  const known = routesOf(services, params.service);
+  const chosen = params.route || requests[0]?.route || known[0];
+  const routes = chosen && !known.includes(chosen) ? [...known, chosen] : known;
   const plot = el("div", { class: "chart-box histogram" });
   const picker = el(
     "select",
-    { id: "histogram-route", onchange: () => routeHistogram(plot, params, picker.value) },
+    { id: "histogram-route", onchange: () => routeHistogram(plot, params, range, picker.value) },
     routes.map((r) => el("option", { value: r }, r)),
   );
   picker.value = chosen;
   const rows = requests.map((r) => ({ ...r, when: new Date(r.start).toLocaleString() }));
+  const form = filterForm("requests", [...pickerFields(services, params), ...FIELDS], params);
+  linkPickers(form, services);
   root.replaceChildren(
-    filterForm("requests", FIELDS, params),
+    rangeBar("requests", params),
+    form,
     el("div", { class: "toolbar" }, el("h3", {}, "Duration histogram of route "), picker),
     plot,
-    el("h3", {}, `${requests.length} requests`),
+    pager(params, offset, limit, requests.length, page),
     table(
       [
         ["start", "when"],
@@ -116,6 +110,6 @@ export async function requestsView(root, params) {
       },
     ),
   );
-  if (chosen) await routeHistogram(plot, params, chosen);
-  return () => chosen && routeHistogram(plot, params, picker.value);
+  if (chosen) await routeHistogram(plot, params, range, chosen);
+  return () => chosen && routeHistogram(plot, params, range, picker.value);
 }

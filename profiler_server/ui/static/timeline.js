@@ -11,12 +11,67 @@ const LANE_COLOURS = { main: "#c8d4e3", task: "#cde6cd", thread: "#e2d5f0", exec
 export const AWAIT_COLOUR = "#8d99a6";
 export const READY_COLOUR = "#f0a500";
 const MIN_SPAN_NS = 1000;
+const AXIS_HEIGHT = 20;
+const TICK_PX = 90;
+const UNITS = [
+  [1e9, "s"],
+  [1e6, "ms"],
+  [1e3, "µs"],
+  [1, "ns"],
+];
+
+// 1, 2 or 5 times a power of ten ns, so ticks land about TICK_PX apart.
+function tickStep(span, width) {
+  const target = (span * TICK_PX) / width;
+  const power = 10 ** Math.floor(Math.log10(Math.max(1, target)));
+  return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= target);
+}
+
+// `t` in the unit of `step`, with as many decimals as the step needs (12.35 ms, not 12.3).
+function tickLabel(t, step) {
+  const [size, unit] = UNITS.find(([size]) => step >= size || size === 1);
+  const decimals = Math.max(0, Math.ceil(-Math.log10(step / size) - 1e-9));
+  return `${(t / size).toFixed(decimals)} ${unit}`;
+}
 
 function isMain(lane) {
   return lane.kind === "main" ? 0 : 1;
 }
 
+// The first row below `parentRow` where [start, end) overlaps nothing already on the row
+// (rows: per row, its intervals sorted by start).
+function place(rows, parentRow, start, end) {
+  for (let r = parentRow + 1; ; r++) {
+    const row = rows[r] || (rows[r] = []);
+    if (!row.length || row[row.length - 1][1] <= start) {
+      row.push([start, end]); // the usual case: calls come in time order
+      return r;
+    }
+    let lo = 0;
+    let hi = row.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (row[mid][0] < start) lo = mid + 1;
+      else hi = mid;
+    }
+    if ((lo > 0 && row[lo - 1][1] > start) || (lo < row.length && row[lo][0] < end)) continue;
+    row.splice(lo, 0, [start, end]);
+    return r;
+  }
+}
+
+// Depth first, a row's calls come in time order unless calls interleave.
+function inTimeOrder(row) {
+  for (let i = 1; i < row.length; i++) {
+    if (row[i].node.start_ns < row[i - 1].node.start_ns) return false;
+  }
+  return true;
+}
+
 // Lanes -> flat items {node, lane, depth, y} (main lanes first, then by start) and bands.
+// A call sits on the first row below its caller that is free over its time, so calls that
+// interleave (a generator and the loop consuming it) stack instead of overlapping. Items
+// come row by row, each row in time order: the order paint() needs to keep boxes apart.
 function layout(lanes) {
   const ordered = [...lanes].sort(
     (a, b) => isMain(a) - isMain(b) || a.root.start_ns - b.root.start_ns,
@@ -28,15 +83,22 @@ function layout(lanes) {
   let top = 0;
   for (const lane of ordered) {
     let deepest = 0;
+    const rows = [];
+    const rowItems = [];
     const todo = [[lane.root, 0]];
     while (todo.length) {
       const [node, depth] = todo.pop();
       const item = { node, lane, depth, y: top + depth * ROW };
-      items.push(item);
+      (rowItems[depth] ||= []).push(item);
       byNode.set(node.id, item);
       if (depth === 0) laneRoots.set(lane.id, item);
       if (depth > deepest) deepest = depth;
-      for (let i = node.children.length - 1; i >= 0; i--) todo.push([node.children[i], depth + 1]);
+      const placed = node.children.map((c) => [c, place(rows, depth, c.start_ns, c.end_ns)]);
+      for (let i = placed.length - 1; i >= 0; i--) todo.push(placed[i]);
+    }
+    for (const row of rowItems) {
+      if (!inTimeOrder(row)) row.sort((a, b) => a.node.start_ns - b.node.start_ns);
+      for (const item of row) items.push(item);
     }
     bands.push({ lane, top, height: (deepest + 1) * ROW });
     top += (deepest + 1) * ROW + LANE_GAP;
@@ -56,7 +118,8 @@ export class FlameChart {
     this.t1 = this.end;
     this.highlight = null;
     this.canvas = el("canvas", { class: "chart", "aria-label": "request timeline" });
-    container.append(this.canvas);
+    this.axis = el("canvas", { class: "axis", "aria-label": "time axis" });
+    container.append(this.axis, this.canvas);
     this.listen();
   }
 
@@ -74,7 +137,27 @@ export class FlameChart {
 
   draw() {
     timed("timeline", (drawn) => this.paint(drawn));
+    timed("axis", (drawn) => this.paintAxis(drawn));
     ui.timelineView = { t0: this.t0, t1: this.t1, end: this.end };
+  }
+
+  // Time since the request began, over the part shown: ticks about every 90 px.
+  paintAxis(drawn) {
+    const width = this.width;
+    const ctx = sizeCanvas(this.axis, width, AXIS_HEIGHT);
+    const scale = width / (this.t1 - this.t0);
+    const step = tickStep(this.t1 - this.t0, width);
+    ctx.fillStyle = "#56606b";
+    for (let i = Math.ceil(this.t0 / step); i * step <= this.t1; i++) {
+      const t = i * step;
+      const x = (t - this.t0) * scale;
+      const label = tickLabel(t, step);
+      ctx.fillRect(Math.round(x), AXIS_HEIGHT - 5, 1, 5);
+      ctx.textAlign = x < 30 ? "left" : x > width - 30 ? "right" : "center";
+      ctx.fillText(label, x, AXIS_HEIGHT / 2 - 2);
+      drawn.push({ label, t, x, y: 0, w: 0, h: AXIS_HEIGHT, step });
+    }
+    ctx.textAlign = "left";
   }
 
   paint(drawn) {
@@ -85,16 +168,23 @@ export class FlameChart {
       ctx.fillStyle = i % 2 ? "#f4f5f7" : "#fbfbfc";
       ctx.fillRect(0, band.top, width, band.height);
     });
+    let row = -1;
+    let right = 0; // where the row's last box ends: a box never starts left of it
     for (const item of this.items) {
       const n = item.node;
+      if (item.y !== row) {
+        row = item.y;
+        right = 0;
+      }
       let x = (n.start_ns - this.t0) * scale;
       let w = (n.end_ns - n.start_ns) * scale;
-      if (x + w < 0 || x > width || (w < 0.4 && item.depth > 0)) continue;
-      if (x < 0) {
-        w += x;
-        x = 0;
+      if (x < right) {
+        w -= right - x;
+        x = right;
       }
+      if (x + w <= 0 || x >= width || (w < 0.4 && item.depth > 0)) continue;
       w = Math.max(1, Math.min(w, width - x));
+      right = x + w;
       if (item.depth === 0) {
         const text = `${item.lane.kind}: ${item.lane.name}`;
         const extra = { lane: item.lane.id, kind: item.lane.kind, root: true };

@@ -1,0 +1,150 @@
+"""`host-calls` on each CPython the host supports, side by side: the rewritten code, its gate
+and the hook call sequence differ per version (`profiler_host/layouts/`), and so does what
+the interpreter charges for a call, for cProfile (on `sys.monitoring` from 3.12) and for the
+host's hooks.
+
+Each interpreter runs `python -m benchmarks host-calls` in its own venv, one after the
+other (this process's interpreter for its version, `.venvXY` for the others, which
+`./dev bench host-calls-versions` makes as `./dev versions` does). A version without its
+venv fails the run rather than leaving a column out. Figures are each run's medians; the
+sampled pair is also given as a ratio to cProfile's per-call cost on the same interpreter
+(run interleaved with it), the comparison that holds across versions and machine speeds.
+
+With valgrind installed, each version's instructions per call of the leaf function come
+too, which no speed swing blurs: callgrind counts a process making `calls` calls and one
+making twice as many (`benchmarks.call_instructions`, `PYTHONHASHSEED=0`), and the
+difference over `calls` is one call's; the gate's figures are what they add to a plain call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import results
+from benchmarks.call_instructions import MODES
+from profiler_host.layouts import SUPPORTED
+
+ROOT = Path(__file__).resolve().parents[1]
+CALLGRIND = ["valgrind", "--tool=callgrind"]
+FIGURES = ("bare_call", "closed_added", "open_added", "sampled_added", "cprofile_added")
+
+
+def interpreters() -> dict[str, str]:
+    """Version ("3.12") -> the Python of its venv, for every supported version."""
+    found = {}
+    for major, minor in SUPPORTED:
+        version = f"{major}.{minor}"
+        if sys.version_info[:2] == (major, minor):
+            found[version] = sys.executable
+            continue
+        python = ROOT / f".venv{major}{minor}" / "bin" / "python"
+        if not python.exists():
+            raise SystemExit(
+                f"no {python.parent.parent.name} for CPython {version}: "
+                "`./dev bench host-calls-versions` makes it"
+            )
+        found[version] = str(python)
+    return found
+
+
+def _host_calls(python: str, rounds: int, calls: int) -> dict:
+    """One `host-calls` run on `python`; its saved JSON."""
+    done = subprocess.run(
+        [python, "-m", "benchmarks", "host-calls", "--rounds", str(rounds), "--calls", str(calls)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"host-calls on {python} failed:\n{done.stdout}\n{done.stderr}")
+    saved = [line for line in done.stdout.splitlines() if line.startswith("results: ")]
+    return json.loads(Path(saved[-1].removeprefix("results: ")).read_text())
+
+
+def _instructions(python: str, mode: str, calls: int) -> int:
+    """Instructions callgrind counts in a process making `calls` calls in `mode`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        counted = [python, "-m", "benchmarks.call_instructions", mode, str(calls)]
+        done = subprocess.run(
+            [*CALLGRIND, f"--callgrind-out-file={scratch}/out", *counted],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind on {python} {mode} failed:\n{done.stderr[-3000:]}")
+    return int(found.group(1))
+
+
+def instructions_per_call(python: str, calls: int) -> dict[str, float]:
+    """Instructions of a plain call of the leaf, and what the gate closed and open adds."""
+    per_call = {
+        mode: (_instructions(python, mode, 2 * calls) - _instructions(python, mode, calls)) / calls
+        for mode in MODES
+    }
+    plain = per_call["plain"]
+    return {
+        "plain_call": round(plain, 1),
+        **{f"{mode}_added": round(per_call[mode] - plain, 1) for mode in MODES[1:]},
+    }
+
+
+def _ratio(figures: dict) -> float:
+    """A sampled enter+exit over cProfile's cost per call (nan when a tiny run measured
+    cProfile at no cost)."""
+    cprofile = figures["cprofile_added"]["median"]
+    return figures["sampled_added"]["median"] / cprofile if cprofile > 0 else float("nan")
+
+
+def run(rounds: int, calls: int, instruction_calls: int) -> dict:
+    pythons = interpreters()
+    runs = {version: _host_calls(python, rounds, calls) for version, python in pythons.items()}
+    versions = list(runs)
+    first = runs[versions[0]]
+    functions = [
+        name for name, value in first.items() if isinstance(value, dict) and FIGURES[1] in value
+    ]
+    rows = []
+    out: dict[str, dict] = {}
+    for function in functions:
+        for figure in FIGURES:
+            medians = [runs[version][function][figure]["median"] for version in versions]
+            out.setdefault(function, {})[figure] = dict(zip(versions, medians, strict=True))
+            rows.append((function, figure, *(f"{median:.1f}" for median in medians)))
+        ratios = [_ratio(runs[version][function]) for version in versions]
+        out[function]["sampled_per_cprofile"] = dict(zip(versions, ratios, strict=True))
+        rows.append((function, "sampled / cProfile", *(f"{ratio:.2f}" for ratio in ratios)))
+    print(results.table(("functions", "ns per call", *versions), rows))
+    if instruction_calls and shutil.which("valgrind"):
+        counted = {v: instructions_per_call(pythons[v], instruction_calls) for v in versions}
+        out["leaf_instructions"] = counted
+        figures = list(counted[versions[0]])
+        print(
+            results.table(
+                ("leaf", "instructions per call", *versions),
+                [
+                    ("leaf", figure, *(f"{counted[v][figure]:.1f}" for v in versions))
+                    for figure in figures
+                ],
+            )
+        )
+    elif instruction_calls:
+        print("instructions per call: no valgrind here")
+    hooks = {version: runs[version]["hooks"] for version in versions}
+    interpreter = {version: runs[version]["machine"]["python"] for version in versions}
+    print(f"hooks: {hooks}; interpreters: {interpreter}")
+    saved = {"rounds": rounds, "calls_per_round": calls, "hooks": hooks, "pythons": interpreter}
+    path = results.save("host-calls-versions", {**saved, **out})
+    print(f"\nresults: {path}")
+    return out

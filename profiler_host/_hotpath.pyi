@@ -1,0 +1,89 @@
+"""Types of `profiler_host._hotpath` (`_hotpath.c`): the hooks' hot path in C, twin of
+`hooks`, `recording`'s cores, `propagation._PyInLane` and `batching`'s packing."""
+
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any, Final, final
+
+from typing_extensions import disjoint_base
+
+# the constants of `profiler_host.events`, as this build was compiled with them
+EVENT_INTS: Final[int]
+KIND_BITS: Final[int]
+ENTER: Final[int]
+EXIT: Final[int]
+EXIT_EXCEPTION: Final[int]
+SUSPEND: Final[int]
+RESUME: Final[int]
+READY: Final[int]
+EXIT_CANCELLED: Final[int]
+TOKEN_LANE: Final[int]
+TOKEN_FK: Final[int]
+TOKEN_CALL: Final[int]
+PLAIN_TOKEN_SIZE: Final[int]
+TOKEN_SUSPENDED: Final[int]
+TOKEN_STAMP: Final[int]
+RESUMABLE_TOKEN_SIZE: Final[int]
+
+@disjoint_base
+class RequestCore:
+    """The per-request state the hooks touch."""
+
+    event_cap: int
+    truncated: bool
+    unrecorded: int
+    @property
+    def calls(self) -> Iterator[int]: ...
+    def __init__(self, event_cap: int) -> None: ...
+
+@disjoint_base
+class LaneCore:
+    """The per-lane state the hooks touch."""
+
+    thread: int
+    record: Callable[[tuple[int, int, int]], object]
+    @property
+    def buffer(self) -> list[int]: ...
+    @property
+    def request(self) -> Any: ...  # the `recording.Request` it was made with
+    def __init__(self, request: RequestCore) -> None: ...
+
+@final
+class InLane:
+    """InLane(lane, work): work handed to another thread, run once with CURRENT set to lane."""
+
+    def __new__(cls, lane: LaneCore, work: Callable[..., Any]) -> InLane: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+# the tokens `profiler_host.events` describes
+_PlainToken = tuple[LaneCore, int, int]
+_ResumableToken = list[Any]
+
+def enter(lane: LaneCore, fid: int, /) -> _PlainToken | None: ...
+def enter_resumable(lane: LaneCore, fid: int, /) -> _ResumableToken | None: ...
+def exit(token: _PlainToken, /) -> None: ...
+def exit_resumable(token: _ResumableToken, /) -> None: ...
+def exit_exception(token: _PlainToken | _ResumableToken, exc: BaseException, /) -> None: ...
+def suspend(token: _ResumableToken, /) -> None: ...
+def resume(token: _ResumableToken, /) -> None: ...
+def resume_delegated(token: _ResumableToken, /) -> None: ...
+def thrown(token: _ResumableToken, /) -> None: ...
+def pack(
+    buffer: list[int],
+    start: int,
+    stop: int,
+    previous_ns: int | None,
+    kinds: bytearray,
+    functions: bytearray,
+    calls: bytearray,
+    deltas: bytearray,
+    /,
+) -> tuple[int, int]: ...
+def current() -> Any: ...  # the `recording.Lane` of this context, or None
+def configure(
+    own_lane: Callable[[Any], Any],
+    failed: Callable[[BaseException | None], None],
+    running: dict[Any, list[_ResumableToken]],
+    current: ContextVar[Any],
+    /,
+) -> None: ...

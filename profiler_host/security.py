@@ -1,0 +1,57 @@
+"""How the host proves itself to the server and checks the server: TLS for the channel
+(the server's CA, optionally a client certificate for mutual TLS) and the ingest token,
+sent as `authorization: Bearer <token>` metadata on the stream. Files are read at each
+connection, so renewed certificates are picked up without restarting the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+SEND_LIMIT = [("grpc.max_send_message_length", 64 * 1024**2)]
+
+
+@dataclass(frozen=True)
+class ChannelSecurity:
+    token: str = ""
+    tls: bool = False  # also on when a CA or client certificate is given
+    ca: str = ""  # PEM file of the CA that signed the server's certificate; empty: system CAs
+    cert: str = ""  # client certificate (mutual TLS), with `key`
+    key: str = ""
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or bool(self.ca or self.cert)
+
+    def channel(self, server: str) -> grpc.Channel:
+        if not self.uses_tls:
+            return grpc.insecure_channel(server, options=SEND_LIMIT)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca),
+            private_key=_read(self.key),
+            certificate_chain=_read(self.cert),
+        )
+        return grpc.secure_channel(server, credentials, options=SEND_LIMIT)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+
+def _read(path: str) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+def check_files(security: ChannelSecurity) -> None:
+    """Fails (ValueError naming the option) when a file is missing or half a pair is given,
+    so a typo shows at start-up instead of as a stream that never connects."""
+    if bool(security.cert) != bool(security.key):
+        raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+    for option, path in (
+        ("--tls-ca", security.ca),
+        ("--tls-cert", security.cert),
+        ("--tls-key", security.key),
+    ):
+        if path and not Path(path).is_file():
+            raise ValueError(f"{option}: no such file: {path}")

@@ -1,0 +1,1 @@
+"""Who may talk to the server: TLS, bearer tokens, the Host allow-list, the start-up check."""
