@@ -1,15 +1,18 @@
 """`python -m benchmarks.call_instructions MODE CALLS`: CALLS calls of `host_calls`' leaf
-function, plain or instrumented with the gate `closed` or `open`, for callgrind to count
-(`host_calls_versions` takes the difference of two counts, so start-up cancels out). Both
-versions of the function are made in every mode, so only the calls differ."""
+function, plain, instrumented with the gate `closed` or `open`, `sampled` (enter and exit
+recorded), or plain under `cprofile`, for callgrind to count (`host_calls_versions` takes the
+difference of two counts, so start-up cancels out). Both versions of the function are made
+in every mode, so only the calls differ; the process ends right after the calls, so neither
+the recorded events' draining nor the interpreter's finalisation is counted."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from benchmarks import host_calls
 
-MODES = ("plain", "closed", "open")
+MODES = ("plain", "closed", "open", "sampled", "cprofile")
 
 
 def main() -> None:
@@ -18,8 +21,13 @@ def main() -> None:
         raise SystemExit(f"MODE is one of {', '.join(MODES)}")
     plain = host_calls._namespace(False)["leaf"]
     instrumented = host_calls._namespace(True)["leaf"]
-    with host_calls._requests(sampled=0, others=int(mode == "open")):
-        host_calls._drive(plain if mode == "plain" else instrumented, calls)
+    if mode in ("plain", "cprofile"):
+        host_calls._time(mode, plain, instrumented, calls, host_calls._drive)
+    else:
+        with host_calls._requests(sampled=int(mode == "sampled"), others=int(mode != "closed")):
+            host_calls._drive(instrumented, calls)
+            os._exit(0)
+    os._exit(0)
 
 
 if __name__ == "__main__":

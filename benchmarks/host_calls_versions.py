@@ -13,7 +13,8 @@ sampled pair is also given as a ratio to cProfile's per-call cost on the same in
 With valgrind installed, each version's instructions per call of the leaf function come
 too, which no speed swing blurs: callgrind counts a process making `calls` calls and one
 making twice as many (`benchmarks.call_instructions`, `PYTHONHASHSEED=0`), and the
-difference over `calls` is one call's; the gate's figures are what they add to a plain call.
+difference over `calls` is one call's; the gate's, the sampled pair's and cProfile's figures
+are what they add to a plain call, and the sampled pair over cProfile is their ratio.
 """
 
 from __future__ import annotations
@@ -88,15 +89,18 @@ def _instructions(python: str, mode: str, calls: int) -> int:
 
 
 def instructions_per_call(python: str, calls: int) -> dict[str, float]:
-    """Instructions of a plain call of the leaf, and what the gate closed and open adds."""
+    """Instructions of a plain call of the leaf, what the gate closed and open, a sampled
+    enter+exit and cProfile add, and the sampled pair over cProfile."""
     per_call = {
         mode: (_instructions(python, mode, 2 * calls) - _instructions(python, mode, calls)) / calls
         for mode in MODES
     }
     plain = per_call["plain"]
+    added = {mode: per_call[mode] - plain for mode in MODES[1:]}
     return {
         "plain_call": round(plain, 1),
-        **{f"{mode}_added": round(per_call[mode] - plain, 1) for mode in MODES[1:]},
+        **{f"{mode}_added": round(value, 1) for mode, value in added.items()},
+        "sampled_per_cprofile": round(added["sampled"] / added["cprofile"], 2),
     }
 
 

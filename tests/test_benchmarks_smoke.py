@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import host_app
+from benchmarks import call_instructions, host_app
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
     assert "| fast-sync |" in brief
 
 
-@pytest.mark.parametrize("mode", ["plain", "closed", "open"])
+@pytest.mark.parametrize("mode", call_instructions.MODES)
 def test_the_calls_callgrind_counts_run(mode: str) -> None:
     """What `host-calls-versions` counts under callgrind, here without it (the counts take
     minutes per version)."""
