@@ -81,7 +81,7 @@ def test_the_budget_bounds_the_answer_and_hidden_calls_say_what_is_left_out() ->
     assert below["calls"] == 1000 and [c["calls"] for c in below["children"]] == [2000]
 
 
-def test_a_deep_chain_is_cut_at_the_budget_without_recursion() -> None:
+def test_a_deep_chain_is_cut_at_its_depth_bound_and_expands_level_by_level() -> None:
     depth = 20_000
     tree = tree_pb2.StoredTree(
         functions=["GET /deep", "app:recurse"],
@@ -95,8 +95,15 @@ def test_a_deep_chain_is_cut_at_the_budget_without_recursion() -> None:
     read = request_tree.read(tree)
     [lane] = summary.summarise(read, max_nodes=100)
     nodes = shown_nodes(views.node(lane.root))
-    assert len(nodes) == 100
+    assert len(nodes) == 100  # the budget first
     assert [n["hidden"] for n in nodes if not n["children"]] == [1]
+    [lane] = summary.summarise(read, max_nodes=1000)
+    nodes = shown_nodes(views.node(lane.root))
+    assert len(nodes) == summary.MAX_DEPTH + 1  # then the depth bound
+    [last] = [n for n in nodes if not n["children"]]
+    assert last["hidden"] == 1
+    below = shown_nodes(views.node(summary.subtree(read, last["id"], max_nodes=1000)))
+    assert len(below) == summary.MAX_DEPTH + 1 and below[0]["id"] == last["id"]
     assert summary.lane_of(read, depth) == "0"
 
 

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Page
 
@@ -81,3 +82,11 @@ def test_a_200k_call_request_opens_summarised_and_expands_a_node(
     ]
     assert len(under) > 10  # its calls drawn beneath it
     page.screenshot(path=ARTIFACTS / "big-request-expanded.png")
+
+
+def test_a_request_too_big_to_export_is_refused_with_its_size(start_server, tmp_path) -> None:
+    server = start_server(f"sqlite:///{tmp_path / 'p.db'}")
+    rid = send_wide(server.target)
+    refused = httpx.get(f"{server.http}/api/requests/{rid}/export", timeout=60)
+    assert refused.status_code == 422
+    assert refused.json()["error"] == "200,001 nodes: over 200,000, too big to export"

@@ -121,6 +121,9 @@ def build_app(
     def export_request(a: dict) -> Response:
         fmt = exports.FORMATS[a["format"]]
         row, tree = _stored(a["request_id"])
+        if len(tree) > spec.MAX_NODES:  # every call becomes an object: memory bounded
+            message = f"{len(tree):,} nodes: over {spec.MAX_NODES:,}, too big to export"
+            raise HTTPException(422, message)
         body = fmt.request(exports.RequestProfile(views.summary(row), tree.whole()))
         filename = f"request-{row['id']}.{fmt.extension}"
         return Response(body, media_type=fmt.media_type, headers=_attachment(filename))

@@ -152,7 +152,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             REQUEST_ID,
             Choice(name="format", description="file format", choices=exports.REQUEST_FORMATS),
         ),
-        {200: Answer("the file", _formats(exports.REQUEST_FORMATS)), **BAD, **NOT_FOUND},
+        {
+            200: Answer("the file", _formats(exports.REQUEST_FORMATS)),
+            **BAD,
+            **NOT_FOUND,
+            422: Answer(f"a request of over {MAX_NODES:,} nodes: too big to export", ERROR),
+        },
     ),
     Endpoint(
         "flamegraph",

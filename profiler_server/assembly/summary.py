@@ -1,8 +1,10 @@
 """A bounded summary of a request too big to send whole (a request of millions of calls is
 hundreds of MB as JSON): calls on the same call path of a lane (the same function under the
 same parent, recursively) are merged into one node with their count and summed times, and
-nodes are expanded heaviest first until the answer holds `max_nodes` nodes. A node whose
-calls are left out says how many lie directly under it; `subtree` summarises it in turn.
+nodes are expanded heaviest first until the answer holds `max_nodes` nodes, and no deeper
+than MAX_DEPTH levels (a chain of thousands of recursive calls would be as many rows to
+draw). A node whose calls are left out says how many lie directly under it; `subtree`
+summarises it in turn.
 
 Call paths are found level by level with NumPy (a few array operations per level of depth),
 so a 2 M-call request is summarised in about a second whatever its shape."""
@@ -37,6 +39,7 @@ class Paths:
 
 
 _SUMMED = ("self_ns", "active_ns", "await_ns", "ready_ns", "suspensions")
+MAX_DEPTH = 256  # levels below an answer's root: 256 rows of the timeline
 
 
 def _children(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,20 +106,20 @@ def _kids(p: Paths, path: int) -> list[int]:
 
 def _select(p: Paths, roots: list[int], max_nodes: int) -> set[int]:
     """The paths expanded (all their child paths shown): heaviest first, a path's children
-    all or none, until max_nodes are shown."""
+    all or none, until max_nodes are shown, down to MAX_DEPTH levels."""
     shown = len(roots)
-    heap = [(-int(p.wall_ns[r]), r) for r in roots]
+    heap = [(-int(p.wall_ns[r]), r, 0) for r in roots]
     heapq.heapify(heap)
     expanded = set()
     while heap:
-        _, path = heapq.heappop(heap)
+        _, path, depth = heapq.heappop(heap)
         kids = _kids(p, path)
-        if not kids or shown + len(kids) > max_nodes:
+        if not kids or depth >= MAX_DEPTH or shown + len(kids) > max_nodes:
             continue
         expanded.add(path)
         shown += len(kids)
         for kid in kids:
-            heapq.heappush(heap, (-int(p.wall_ns[kid]), kid))
+            heapq.heappush(heap, (-int(p.wall_ns[kid]), kid, depth + 1))
     return expanded
 
 
