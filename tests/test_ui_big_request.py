@@ -61,6 +61,8 @@ def test_a_200k_call_request_opens_summarised_and_expands_a_node(
     assert page.inner_text("#status") == ""
     assert "Summarised: 200,000 calls" in page.inner_text("#request-summarised")
     page.screenshot(path=ARTIFACTS / "big-request-summary.png")
+    assert page.locator(".side tr[data-function]").count() == 500  # of 899 functions
+    assert page.inner_text(".side tr.more") == "399 more: sort by a column to see others"
     folded = [b for b in timeline_boxes(page) if b.get("hidden")]
     assert folded and all(b["label"].endswith(" ▸") for b in folded)
     target = max(folded, key=lambda b: b["w"])

@@ -21,24 +21,18 @@ from profiler_server.assembly.request_tree import OUTCOMES, Lane, Merged, Node, 
 
 @dataclass(frozen=True)
 class Paths:
-    """Per node its call path; per path its parent path, first node and totals."""
+    """Per node its call path; per path what choosing the paths to show needs."""
 
     of_node: np.ndarray
-    parent: np.ndarray  # -1: a lane's root
-    first: np.ndarray  # the path's lowest node index (its id in the answer)
+    first: np.ndarray  # one of its calls, the first found (its id in the answer)
     function: np.ndarray
     calls: np.ndarray
-    wall_ns: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    sums: dict[str, np.ndarray]  # self, active, await, ready, suspensions: summed
-    max_slice_ns: np.ndarray
-    outcome: np.ndarray  # the least ordinary outcome of its calls
+    wall_ns: np.ndarray  # summed
+    child_calls: np.ndarray  # calls directly under its calls
     child_begin: np.ndarray  # children of path p: child_paths[child_begin[p]:child_begin[p+1]]
     child_paths: np.ndarray
 
 
-_SUMMED = ("self_ns", "active_ns", "await_ns", "ready_ns", "suspensions")
 MAX_DEPTH = 256  # levels below an answer's root: 256 rows of the timeline
 
 
@@ -64,8 +58,7 @@ def paths(tree: RequestTree) -> Paths:
     of_node = np.full(size, -1, dtype=np.int64)
     level = np.flatnonzero(tree.parent < 0)
     of_node[level] = np.arange(len(level))
-    path_parent = [np.full(len(level), -1, dtype=np.int64)]
-    path_function = [tree.function[level]]
+    parents, functions, firsts = [np.full(len(level), -1)], [tree.function[level]], [level]
     taken = len(level)
     width = int(tree.function.max(initial=0)) + 1
     while len(level):
@@ -73,31 +66,38 @@ def paths(tree: RequestTree) -> Paths:
         if not len(level):
             break
         key = of_node[tree.parent[level]] * width + tree.function[level]
-        distinct, inverse = np.unique(key, return_inverse=True)
+        distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         of_node[level] = taken + inverse
-        path_parent.append(distinct // width)
-        path_function.append(distinct % width)
+        parents.append(distinct // width)
+        functions.append(distinct % width)
+        firsts.append(level[first])
         taken += len(distinct)
-    by_path = np.argsort(of_node, kind="stable")
-    cuts = np.searchsorted(of_node[by_path], np.arange(taken))
-    calls = np.diff(np.append(cuts, size))
-    parent = np.concatenate(path_parent)
-    path_order, path_begin = _children(parent)
+    parent = np.concatenate(parents)
+    child_paths, child_begin = _children(parent)
+    below = tree.parent >= 0
     return Paths(
         of_node=of_node,
-        parent=parent,
-        first=np.minimum.reduceat(by_path, cuts),
-        function=np.concatenate(path_function),
-        calls=calls,
-        wall_ns=np.add.reduceat((tree.end_ns - tree.start_ns)[by_path], cuts),
-        start_ns=np.minimum.reduceat(tree.start_ns[by_path], cuts),
-        end_ns=np.maximum.reduceat(tree.end_ns[by_path], cuts),
-        sums={name: np.add.reduceat(getattr(tree, name)[by_path], cuts) for name in _SUMMED},
-        max_slice_ns=np.maximum.reduceat(tree.max_slice_ns[by_path], cuts),
-        outcome=np.maximum.reduceat(tree.outcome[by_path], cuts),
-        child_begin=path_begin,
-        child_paths=path_order,
+        first=np.concatenate(firsts),
+        function=np.concatenate(functions),
+        calls=np.bincount(of_node, minlength=taken),
+        wall_ns=_sums(of_node, tree.end_ns - tree.start_ns, taken),
+        child_calls=np.bincount(of_node[tree.parent[below]], minlength=taken),
+        child_begin=child_begin,
+        child_paths=child_paths,
     )
+
+
+def _sums(labels: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per label the sum of its values (bincount sums in float64: exact below 2**53 ns,
+    104 days)."""
+    return np.rint(np.bincount(labels, weights=values, minlength=size)).astype(np.int64)
+
+
+def _extremes(ufunc: np.ufunc, labels: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    start = values.max(initial=0) if ufunc is np.minimum else values.min(initial=0)
+    out = np.full(size, start, dtype=np.int64)
+    ufunc.at(out, labels, values)
+    return out
 
 
 def _kids(p: Paths, path: int) -> list[int]:
@@ -113,8 +113,10 @@ def _select(p: Paths, roots: list[int], max_nodes: int) -> set[int]:
     expanded = set()
     while heap:
         _, path, depth = heapq.heappop(heap)
+        if depth >= MAX_DEPTH or p.child_calls[path] == 0:
+            continue
         kids = _kids(p, path)
-        if not kids or depth >= MAX_DEPTH or shown + len(kids) > max_nodes:
+        if shown + len(kids) > max_nodes:
             continue
         expanded.add(path)
         shown += len(kids)
@@ -123,42 +125,60 @@ def _select(p: Paths, roots: list[int], max_nodes: int) -> set[int]:
     return expanded
 
 
-def _node(tree: RequestTree, p: Paths, path: int, expanded: set[int]) -> Node:
-    calls = int(p.calls[path])
-    first = int(p.first[path])
-    hidden = 0 if path in expanded else int(p.calls[_kids(p, path)].sum())
-    return Node(
-        id=first,
-        function=tree.functions[int(p.function[path])],
-        start_ns=int(p.start_ns[path]),
-        end_ns=int(p.end_ns[path]),
-        self_ns=int(p.sums["self_ns"][path]),
-        active_ns=int(p.sums["active_ns"][path]),
-        await_ns=int(p.sums["await_ns"][path]),
-        ready_ns=int(p.sums["ready_ns"][path]),
-        max_slice_ns=int(p.max_slice_ns[path]),
-        suspensions=int(p.sums["suspensions"][path]),
-        outcome=OUTCOMES[int(p.outcome[path])],
-        waits=tree.waits.get(first) if calls == 1 else None,
-        merged=Merged(calls=calls, wall_ns=int(p.wall_ns[path]), hidden=hidden),
-    )
-
-
 def _build(tree: RequestTree, p: Paths, root: int, expanded: set[int]) -> Node:
     """The shown nodes under path `root`, children in time order (iteratively: call paths
-    can be deeper than Python's recursion limit)."""
-    top = _node(tree, p, root, expanded)
-    todo = [(root, top)]
+    can be deeper than Python's recursion limit). Only the calls of shown paths are
+    aggregated, whatever the request's size."""
+    shown = [root]
+    for path in expanded:
+        shown.extend(_kids(p, path))
+    slot = np.full(len(p.calls), -1, dtype=np.int64)
+    slot[shown] = np.arange(len(shown))
+    members = np.flatnonzero(slot[p.of_node] >= 0)
+    labels = slot[p.of_node[members]]
+    count = len(shown)
+
+    def summed(column: np.ndarray) -> list[int]:
+        return _sums(labels, column[members], count).tolist()
+
+    def extreme(ufunc: np.ufunc, column: np.ndarray) -> list[int]:
+        return _extremes(ufunc, labels, column[members], count).tolist()
+
+    at = np.array(shown)
+    columns = zip(  # in Node's field order
+        p.first[at].tolist(),
+        [tree.functions[f] for f in p.function[at].tolist()],
+        extreme(np.minimum, tree.start_ns),
+        extreme(np.maximum, tree.end_ns),
+        summed(tree.self_ns),
+        summed(tree.active_ns),
+        summed(tree.await_ns),
+        summed(tree.ready_ns),
+        extreme(np.maximum, tree.max_slice_ns),
+        summed(tree.suspensions),
+        [OUTCOMES[o] for o in extreme(np.maximum, tree.outcome)],
+        strict=True,
+    )
+    nodes = [Node(*row) for row in columns]
+    for node, path, calls, wall, hidden in zip(
+        nodes,
+        shown,
+        p.calls[at].tolist(),
+        p.wall_ns[at].tolist(),
+        p.child_calls[at].tolist(),
+        strict=True,
+    ):
+        node.merged = Merged(calls, wall, 0 if path in expanded else hidden)
+        node.waits = tree.waits.get(node.id) if calls == 1 else None
+    todo = [root]
     while todo:
-        path, node = todo.pop()
+        path = todo.pop()
         if path not in expanded:
             continue
-        kids = sorted(_kids(p, path), key=lambda k: int(p.start_ns[k]))
-        for kid in kids:
-            child = _node(tree, p, kid, expanded)
-            node.children.append(child)
-            todo.append((kid, child))
-    return top
+        kids = sorted(_kids(p, path), key=lambda k: nodes[slot[k]].start_ns)
+        nodes[slot[path]].children.extend(nodes[slot[k]] for k in kids)
+        todo.extend(kids)
+    return nodes[0]
 
 
 def summarise(tree: RequestTree, max_nodes: int) -> list[Lane]:

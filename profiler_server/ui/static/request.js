@@ -139,6 +139,7 @@ export async function requestView(root, id) {
     rows,
     {
       sortKey: "self",
+      maxRows: 500,
       onRow: (row) => select(row.function),
       rowAttrs: (row) => ({
         "data-function": row.function,
