@@ -58,13 +58,13 @@ def _big_request() -> list[BatchBuilder]:
     return [builder]
 
 
-def _huge_request() -> list[BatchBuilder]:
-    """One request of HUGE_TOPS x (1 + HUGE_WIDTH) calls over several batches."""
+def _huge_request(tops: int) -> list[BatchBuilder]:
+    """One request of tops x (1 + HUGE_WIDTH) calls over several batches."""
     first = BatchBuilder()
-    for fid in range(1, HUGE_TOPS + HUGE_WIDTH + 1):
+    for fid in range(1, tops + HUGE_WIDTH + 1):
         first.function(fid, f"app.wide{fid % 7}", f"func_{fid}", "app.py", fid)
     start = time.monotonic_ns()
-    kinds, functions, calls, times, end = wide_run(HUGE_TOPS, HUGE_WIDTH, 1, start)
+    kinds, functions, calls, times, end = wide_run(tops, HUGE_WIDTH, 1, start)
     first.start(1, "/huge", "GET", start)
     per_batch = HUGE_TOPS_PER_BATCH * 2 * (HUGE_WIDTH + 1)
     batches = [first]
@@ -155,11 +155,11 @@ def _measure(page, url: str, view: str, chart: str, rounds: int, redraw) -> dict
     }
 
 
-def run(rounds: int) -> dict:
+def run(rounds: int, huge_tops: int = HUGE_TOPS) -> dict:
     with fresh_database("sqlite") as url, ServerProcess(url, options=HUGE_OPTIONS) as server:
         big_id = f"{_send(server.target, 'ui-big', _big_request())}-1"
         _send(server.target, "ui-chains", _chains())
-        huge_id = f"{_send(server.target, 'ui-huge', _huge_request(), 600)}-1"
+        huge_id = f"{_send(server.target, 'ui-huge', _huge_request(huge_tops), 600)}-1"
         huge_api = _api_ms(f"{server.http}/api/requests/{huge_id}", rounds)
         tree = httpx.get(f"{server.http}/api/requests/{big_id}", timeout=60).json()
         graph = httpx.get(
@@ -193,7 +193,7 @@ def run(rounds: int) -> dict:
     figures = {
         "timeline": {"calls": tree["calls"], **timeline},
         "flame": {"stacks": len(graph["stacks"]), **flame},
-        "huge": {"calls": HUGE_TOPS * (1 + HUGE_WIDTH), "api": huge_api, **huge},
+        "huge": {"calls": huge_tops * (1 + HUGE_WIDTH), "api": huge_api, **huge},
         "goal_ms": GOAL_MS,
         "huge_goal_ms": HUGE_GOAL_MS,
         "server_exit_code": server.returncode,
