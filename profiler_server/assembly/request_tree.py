@@ -1,5 +1,6 @@
 """One stored request's call tree, typed: what the API's views, the per-request exports and
-the summaries read (never the API's JSON), so a node field is added here, once.
+the summaries read (never the API's JSON), so a node field is added here, once: to `Node`,
+`MERGED_BY`, the `RequestTree` column and `read`.
 
 `RequestTree` keeps the stored columns as NumPy arrays (whole-tree work over millions of
 calls stays vectorised); `whole()` nests them into `Node` objects for the formats that walk
@@ -7,7 +8,7 @@ every call."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -58,6 +59,23 @@ class Node:
     merged: Merged | None = None  # in summaries only
 
 
+# Node's fields after `id`, each a RequestTree column, with how a summary merges the values
+# of the calls it merges (a call path's calls share their function).
+MERGED_BY = {
+    "function": "same",
+    "start_ns": "min",
+    "end_ns": "max",
+    "self_ns": "sum",
+    "active_ns": "sum",
+    "await_ns": "sum",
+    "ready_ns": "sum",
+    "max_slice_ns": "max",
+    "suspensions": "sum",
+    "outcome": "max",  # the least ordinary: return < exception < cancelled < truncated
+}
+assert tuple(f.name for f in fields(Node))[1 : len(MERGED_BY) + 1] == tuple(MERGED_BY)
+
+
 @dataclass(frozen=True, slots=True)
 class Lane:
     """A thread or task of the request, its calls under `root`."""
@@ -104,44 +122,19 @@ class RequestTree:
     def __len__(self) -> int:
         return len(self.parent)
 
-    def node(self, i: int) -> Node:
-        """Node i alone (no children)."""
-        return Node(
-            id=i,
-            function=self.functions[int(self.function[i])],
-            start_ns=int(self.start_ns[i]),
-            end_ns=int(self.end_ns[i]),
-            self_ns=int(self.self_ns[i]),
-            active_ns=int(self.active_ns[i]),
-            await_ns=int(self.await_ns[i]),
-            ready_ns=int(self.ready_ns[i]),
-            max_slice_ns=int(self.max_slice_ns[i]),
-            suspensions=int(self.suspensions[i]),
-            outcome=OUTCOMES[int(self.outcome[i])],
-            waits=self.waits.get(i),
-        )
+    def labelled(self, name: str, values: list[int]) -> list:
+        """A column's values as Node holds them (function and outcome by name)."""
+        if name == "function":
+            return [self.functions[f] for f in values]
+        if name == "outcome":
+            return [OUTCOMES[o] for o in values]
+        return values
 
     def whole(self) -> list[Lane]:
         """Every node, nested under its lane's root (one pass builds the nodes, one more
         hangs each under its parent: ~1 µs a node)."""
-        names = self.functions
-        nodes = [
-            Node(i, names[f], s, e, own, a, w, r, m, n, OUTCOMES[o])
-            for i, f, s, e, own, a, w, r, m, n, o in zip(
-                range(len(self)),
-                self.function.tolist(),
-                self.start_ns.tolist(),
-                self.end_ns.tolist(),
-                self.self_ns.tolist(),
-                self.active_ns.tolist(),
-                self.await_ns.tolist(),
-                self.ready_ns.tolist(),
-                self.max_slice_ns.tolist(),
-                self.suspensions.tolist(),
-                self.outcome.tolist(),
-                strict=True,
-            )
-        ]
+        columns = [self.labelled(name, getattr(self, name).tolist()) for name in MERGED_BY]
+        nodes = [Node(i, *row) for i, row in enumerate(zip(*columns, strict=True))]
         for i, waits in self.waits.items():
             nodes[i].waits = waits
         for node, p in zip(nodes, self.parent.tolist(), strict=True):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler_server.assembly.request_tree import OUTCOMES, Lane, Merged, Node, RequestTree
+from profiler_server.assembly.request_tree import MERGED_BY, Lane, Merged, Node, RequestTree
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ def _sums(labels: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.rint(np.bincount(labels, weights=values, minlength=size)).astype(np.int64)
 
 
+_EXTREMES = {"min": np.minimum, "max": np.maximum}
+
+
 def _extremes(ufunc: np.ufunc, labels: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     start = values.max(initial=0) if ufunc is np.minimum else values.min(initial=0)
     out = np.full(size, start, dtype=np.int64)
@@ -137,29 +140,18 @@ def _build(tree: RequestTree, p: Paths, root: int, expanded: set[int]) -> Node:
     members = np.flatnonzero(slot[p.of_node] >= 0)
     labels = slot[p.of_node[members]]
     count = len(shown)
-
-    def summed(column: np.ndarray) -> list[int]:
-        return _sums(labels, column[members], count).tolist()
-
-    def extreme(ufunc: np.ufunc, column: np.ndarray) -> list[int]:
-        return _extremes(ufunc, labels, column[members], count).tolist()
-
     at = np.array(shown)
-    columns = zip(  # in Node's field order
-        p.first[at].tolist(),
-        [tree.functions[f] for f in p.function[at].tolist()],
-        extreme(np.minimum, tree.start_ns),
-        extreme(np.maximum, tree.end_ns),
-        summed(tree.self_ns),
-        summed(tree.active_ns),
-        summed(tree.await_ns),
-        summed(tree.ready_ns),
-        extreme(np.maximum, tree.max_slice_ns),
-        summed(tree.suspensions),
-        [OUTCOMES[o] for o in extreme(np.maximum, tree.outcome)],
-        strict=True,
-    )
-    nodes = [Node(*row) for row in columns]
+
+    def merged(name: str, how: str) -> list[int]:
+        if how == "same":
+            return p.function[at].tolist()
+        values = getattr(tree, name)[members]
+        if how == "sum":
+            return _sums(labels, values, count).tolist()
+        return _extremes(_EXTREMES[how], labels, values, count).tolist()
+
+    columns = [tree.labelled(name, merged(name, how)) for name, how in MERGED_BY.items()]
+    nodes = [Node(i, *row) for i, *row in zip(p.first[at].tolist(), *columns, strict=True)]
     for node, path, calls, wall, hidden in zip(
         nodes,
         shown,
