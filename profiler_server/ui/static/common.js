@@ -96,9 +96,9 @@ export function toLocal(iso) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 }
 
-// A sortable table: columns = [[title, key, format?]], rows = objects.
-// A sortable table; past maxRows (a big request's thousands of functions would slow every
-// layout of the page) only the first rows in the current order, and a line saying so.
+// A sortable table: columns = [[title, key, format?]], rows = objects. Past maxRows (a big
+// request's thousands of functions would slow every layout of the page) it shows the first
+// rows in the current order, and a line saying how many more.
 export function table(columns, rows, { sortKey, onRow, rowAttrs, maxRows = Infinity } = {}) {
   let key = sortKey;
   let descending = true;
