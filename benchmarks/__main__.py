@@ -164,9 +164,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--functions", type=int, default=3000, help="functions in the package")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds of every setup")
     p = sub.add_parser(
-        "ui-render", help="web UI in headless Chromium: 10k-call timeline, 5k-stack flame graph"
+        "ui-render",
+        help="web UI in headless Chromium: 10k-call timeline, 5k-stack flame graph, "
+        "opening a 2M-call request",
     )
     p.add_argument("--rounds", type=int, default=5, help="page loads and redraws per chart")
+    p.add_argument(
+        "--huge-tops",
+        type=int,
+        default=ui_render.HUGE_TOPS,
+        help=f"the huge request's outer calls, {ui_render.HUGE_WIDTH + 1:,} calls each",
+    )
     p = sub.add_parser(
         "table",
         help="markdown: CPU, instruction and p99 ratios per app and setup, from the newest "
@@ -246,7 +254,7 @@ def _run(args: argparse.Namespace) -> None:
     elif args.benchmark == "host-startup":
         host_startup.run(args.functions, args.rounds)
     elif args.benchmark == "ui-render":
-        ui_render.run(args.rounds)
+        ui_render.run(args.rounds, args.huge_tops)
     elif args.benchmark == "table":
         table.run(brief=args.brief)
 

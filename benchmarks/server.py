@@ -82,9 +82,14 @@ class ServerProcess:
     log). With `profile_to`, the server runs under cProfile (benchmarks/profiled_server.py)."""
 
     def __init__(
-        self, db_url: str, profile_to: Path | None = None, core: int = SERVER_CORE
+        self,
+        db_url: str,
+        profile_to: Path | None = None,
+        core: int = SERVER_CORE,
+        options: tuple[str, ...] = (),
     ) -> None:
         self.db_url = db_url
+        self.options = options
         self.core = core
         self.profile_to = profile_to
         self.target = ""
@@ -129,6 +134,7 @@ class ServerProcess:
             self.db_url,
             "--log-level",
             "info",
+            *self.options,
         ]
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)

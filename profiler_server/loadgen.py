@@ -77,6 +77,41 @@ def synthetic_run(
     return kinds, functions, calls, times, t + shape.step_ns
 
 
+def wide_run(
+    tops: int, width: int, first_fid: int, start_ns: int, step_ns: int = 1_000
+) -> tuple[bytearray, list[int], list[int], list[int], int]:
+    """Events of a request of tops x (1 + width) calls where every call has a call path of
+    its own: function first_fid + t calls functions first_fid + tops + 0..width-1 (a big
+    request's summary at its largest). Returns what synthetic_run does."""
+    kinds = bytearray()
+    functions: list[int] = []
+    calls: list[int] = []
+    times: list[int] = []
+    t = start_ns
+    call = 0
+    for top in range(tops):
+        call += 1
+        outer = call
+        kinds.append(ENTER)
+        functions.append(first_fid + top)
+        calls.append(outer)
+        times.append(t)
+        for child in range(width):
+            call += 1
+            fid = first_fid + tops + child
+            kinds += bytes((ENTER, EXIT))
+            functions += (fid, fid)
+            calls += (call, call)
+            times += (t + step_ns, t + 2 * step_ns)
+            t += 2 * step_ns
+        t += step_ns
+        kinds.append(EXIT)
+        functions.append(first_fid + top)
+        calls.append(outer)
+        times.append(t)
+    return kinds, functions, calls, times, t + step_ns
+
+
 def hello(service: str, session_id: uuid.UUID | None = None) -> ingest_pb2.Hello:
     return ingest_pb2.Hello(
         session_id=(session_id or uuid.uuid4()).bytes,

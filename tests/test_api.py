@@ -17,6 +17,7 @@ from profiler_core.wire.builder import BatchBuilder
 from profiler_server.api import spec, views
 from profiler_server.api.http import FastJSONResponse
 from profiler_server.api.params import BadParameter
+from profiler_server.assembly import request_tree
 from profiler_server.loadgen import HostStream, hello
 from tests.helpers import metric_value, stored_requests
 
@@ -342,7 +343,7 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
             "root": node(2, "worker", 20, 50, 10, job),
         },
     ]
-    assert views.lanes(tree) == expected
+    assert views.lanes(request_tree.read(tree).whole()) == expected
     body = {"lanes": expected, "duration_ms": 0.1, "note": "é", "status": None}
     encoded = FastJSONResponse(body).body
     assert encoded == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -363,5 +364,5 @@ def test_lanes_that_recorded_nothing_are_not_shown() -> None:
     )
     for lane_id, root, parent in (("0", 0, -1), ("1", 2, 0), ("2", 3, 0), ("3", 4, 2)):
         tree.lanes.add(id=lane_id, kind=0, name=f"lane {lane_id}", root=root, parent_lane=parent)
-    shown = views.lanes(tree)
+    shown = views.lanes(request_tree.read(tree).whole())
     assert [lane["id"] for lane in shown] == ["0", "2", "3"]

@@ -30,7 +30,7 @@ TINY = {
     "host-unsampled": ["--rounds", "1", "--requests", "200"],
     "host-calls-versions": ["--rounds", "1", "--calls", "2000", "--instruction-calls", "0"],
     "host-startup": ["--functions", "50", "--rounds", "1"],
-    "ui-render": ["--rounds", "1"],
+    "ui-render": ["--rounds", "1", "--huge-tops", "20"],
 }
 # one app each (an async one under uvicorn, a sync one under gunicorn): every app takes the
 # same path through the benchmark; under callgrind a host life takes ~40 s to start on a

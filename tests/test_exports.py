@@ -22,7 +22,7 @@ import pytest
 
 from profiler_core.wire import pprof_pb2, tree_pb2
 from profiler_server import cli
-from profiler_server.api import views
+from profiler_server.assembly import request_tree
 from profiler_server.exports import RequestProfile, chrome, speedscope
 from tests.helpers import eventually, metric_value, stored_requests
 from tests.test_api import MS, load
@@ -198,7 +198,7 @@ def overlapping_tree() -> tree_pb2.StoredTree:
 def test_overlapping_calls_stay_nested_in_timeline_formats() -> None:
     summary = {"id": "r-1", "service": "shop", "method": "GET", "route": "/x"}
     summary["start"] = "2026-11-23T10:00:00.000000Z"
-    profile = RequestProfile(summary, views.lanes(overlapping_tree()))
+    profile = RequestProfile(summary, request_tree.read(overlapping_tree()).whole())
     document = json.loads(speedscope.render_request(profile))
     jsonschema.validate(document, SCHEMA)
     frames = document["shared"]["frames"]

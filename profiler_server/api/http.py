@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from profiler_server import exports
 from profiler_server.api import openapi, params, spec, views
+from profiler_server.assembly import request_tree, summary
 from profiler_server.metrics.health import ServerHealth
 from profiler_server.storage import queries, route_stats
 from profiler_server.ui import routes as ui_routes
@@ -80,17 +81,32 @@ def build_app(
         found = queries.service_routes(engine, a["since"], a["until"])
         return FastJSONResponse({"services": found})
 
-    def get_request(a: dict) -> FastJSONResponse:
-        found = queries.get_request(engine, a["request_id"])
+    def _stored(request_id: str) -> tuple[dict, request_tree.RequestTree]:
+        found = queries.get_request(engine, request_id)
         if found is None:
             raise HTTPException(404, "no such request")
-        row, tree = found
+        row, stored = found
+        return row, request_tree.read(stored)
+
+    def get_request(a: dict) -> FastJSONResponse:
+        row, tree = _stored(a["request_id"])
+        max_nodes, node = a["max_nodes"], a["node"]
+        if node is not None:
+            if node >= len(tree):
+                raise HTTPException(404, f"no node {node} in this request")
+            below = summary.subtree(tree, node, max_nodes)
+            lane = summary.lane_of(tree, node)
+            return FastJSONResponse(
+                {"id": row["id"], "lane": lane, "summarised": True, "node": views.node(below)}
+            )
         body = views.summary(row)
         body["events"] = row["events"]
-        body["lanes"] = views.lanes(tree)
+        body["summarised"] = len(tree) > max_nodes
+        shown = summary.summarise(tree, max_nodes) if body["summarised"] else tree.whole()
+        body["lanes"] = views.lanes(shown)
         body["functions"] = [
             {"function": r.pop("name"), **r}
-            for r in queries.function_sources(engine, list(tree.functions))
+            for r in queries.function_sources(engine, tree.functions)
         ]
         return FastJSONResponse(body)
 
@@ -104,11 +120,11 @@ def build_app(
 
     def export_request(a: dict) -> Response:
         fmt = exports.FORMATS[a["format"]]
-        found = queries.get_request(engine, a["request_id"])
-        if found is None:
-            raise HTTPException(404, "no such request")
-        row, tree = found
-        body = fmt.request(exports.RequestProfile(views.summary(row), views.lanes(tree)))
+        row, tree = _stored(a["request_id"])
+        if len(tree) > spec.MAX_NODES:  # every call becomes an object: memory bounded
+            message = f"{len(tree):,} nodes: over {spec.MAX_NODES:,}, too big to export"
+            raise HTTPException(422, message)
+        body = fmt.request(exports.RequestProfile(views.summary(row), tree.whole()))
         filename = f"request-{row['id']}.{fmt.extension}"
         return Response(body, media_type=fmt.media_type, headers=_attachment(filename))
 

@@ -96,12 +96,14 @@ class Text(Param):
 
 @dataclass(frozen=True, kw_only=True)
 class IntRange(Param):
+    """An integer in [low, high]; absent: default_value (None: the parameter is optional)."""
+
     REASONS = (*Param.REASONS, "too_long", "not_an_integer", "out_of_range")
     low: int = 1
     high: int
-    default_value: int
+    default_value: int | None
 
-    def default(self) -> int:
+    def default(self) -> int | None:
         return self.default_value
 
     def convert(self, raw: str) -> int:
@@ -113,12 +115,8 @@ class IntRange(Param):
         return value
 
     def schema(self) -> dict:
-        return {
-            "type": "integer",
-            "minimum": self.low,
-            "maximum": self.high,
-            "default": self.default_value,
-        }
+        schema = {"type": "integer", "minimum": self.low, "maximum": self.high}
+        return schema if self.default_value is None else schema | {"default": self.default_value}
 
 
 def _finite(param: Param, raw: str, expected: str) -> float:

@@ -104,6 +104,9 @@ COMPONENTS: dict[str, dict] = {
             "type": "array",
             "items": _object({"start_ns": INT, "ready_ns": NULLABLE_INT, "end_ns": INT}),
         },
+        calls=INT,
+        wall_ns=INT,
+        hidden=INT,
     ),
     "Lane": _object(
         {
@@ -119,11 +122,20 @@ COMPONENTS: dict[str, dict] = {
         _SUMMARY
         | {
             "events": INT,
+            "summarised": {"type": "boolean"},
             "lanes": {"type": "array", "items": _ref("Lane")},
             "functions": {
                 "type": "array",
                 "items": _object({"function": STRING, "file": STRING, "line": INT}),
             },
+        }
+    ),
+    "Subtree": _object(
+        {
+            "id": STRING,
+            "lane": NULLABLE_STRING,
+            "summarised": {"type": "boolean"},
+            "node": _ref("Node"),
         }
     ),
     "Functions": _object(

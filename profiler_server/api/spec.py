@@ -28,6 +28,9 @@ MAX_SERVICE = schema.requests.c.service.type.length
 MAX_ROUTE = schema.requests.c.route.type.length
 MAX_REQUEST_ID = schema.requests.c.id.type.length
 MAX_FUNCTION = 2048
+MAX_NODES = 200_000  # nodes in one answer: ~40 MB of JSON, a few seconds to draw
+DEFAULT_MAX_NODES = 20_000  # a 10,000-call request comes whole, a bigger one summarised
+MAX_NODE_INDEX = 2**31 - 1  # stored node indexes are 32-bit
 MAX_FILE = 255
 
 
@@ -113,9 +116,33 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "get_request",
         "/api/requests/{request_id}",
-        "One request with its whole call tree",
-        (REQUEST_ID,),
-        {200: Answer("the request", {JSON: ref("Request")}), **BAD, **NOT_FOUND},
+        "One request with its call tree: whole, or summarised when bigger than max_nodes",
+        (
+            REQUEST_ID,
+            IntRange(
+                name="max_nodes",
+                description="at most about this many nodes: a bigger tree comes summarised "
+                "(calls on the same call path merged, heaviest expanded first)",
+                high=MAX_NODES,
+                default_value=DEFAULT_MAX_NODES,
+            ),
+            IntRange(
+                name="node",
+                description="only the summary under this node's call path (a node's `id`: "
+                "expands a node with `hidden` calls)",
+                low=0,
+                high=MAX_NODE_INDEX,
+                default_value=None,
+            ),
+        ),
+        {
+            200: Answer(
+                "the request, or with `node` the summary under it",
+                {JSON: {"anyOf": [ref("Request"), ref("Subtree")]}},
+            ),
+            **BAD,
+            404: Answer("no such request, or no such node in it", ERROR),
+        },
     ),
     Endpoint(
         "export_request",
@@ -125,7 +152,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             REQUEST_ID,
             Choice(name="format", description="file format", choices=exports.REQUEST_FORMATS),
         ),
-        {200: Answer("the file", _formats(exports.REQUEST_FORMATS)), **BAD, **NOT_FOUND},
+        {
+            200: Answer("the file", _formats(exports.REQUEST_FORMATS)),
+            **BAD,
+            **NOT_FOUND,
+            422: Answer(f"a request of over {MAX_NODES:,} nodes: too big to export", ERROR),
+        },
     ),
     Endpoint(
         "flamegraph",

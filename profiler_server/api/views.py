@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime
-from itertools import accumulate
+from operator import attrgetter
 
-from profiler_core.model import LaneKind, Outcome
-from profiler_core.wire import tree_pb2
+from profiler_server.assembly.request_tree import Lane, Node, Wait
 from profiler_server.storage.route_stats import RouteStats
-
-_OUTCOMES = {o.value: o.label for o in Outcome}
-_LANE_KINDS = {k.value: k.label for k in LaneKind}
 
 
 def iso(ns: int) -> str:
@@ -64,91 +61,50 @@ def routes(stats: list[RouteStats], first_minute: int, last_minute: int) -> dict
     }
 
 
-def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
-    """Nests the stored columns into each lane's node dicts.
+_NODE_FIELDS = tuple(f.name for f in fields(Node) if f.name not in ("children", "waits", "merged"))
+_node_values = attrgetter(*_NODE_FIELDS)
+_WAIT_FIELDS = tuple(f.name for f in fields(Wait))
+_wait_values = attrgetter(*_WAIT_FIELDS)
 
-    The hot path of `GET /api/requests/{id}` (10,000 nodes and more, ~1 µs each): one pass
-    zips the columns into node dicts, sparse columns patch the few nodes they name, and one
-    more pass hangs each node under its parent."""
-    names = tree.functions
-    function_names = [names[f] for f in tree.function]
-    nodes = [
-        {
-            "id": i,
-            "function": name,
-            "start_ns": start,
-            "end_ns": start + d,
-            "self_ns": self_ns,
-            "active_ns": d,
-            "await_ns": 0,
-            "ready_ns": 0,
-            "max_slice_ns": d,
-            "suspensions": 0,
-            "outcome": "return",
-            "children": [],
-        }
-        for i, name, start, d, self_ns in zip(
-            range(len(function_names)),
-            function_names,
-            accumulate(tree.start_delta_ns),
-            tree.duration_ns,
-            tree.self_ns,
-            strict=True,
-        )
-    ]
-    for i, active, await_ns, ready, max_slice, suspensions in zip(
-        tree.suspended_node,
-        tree.active_ns,
-        tree.await_ns,
-        tree.ready_ns,
-        tree.max_slice_ns,
-        tree.suspensions,
-        strict=True,
-    ):
-        node = nodes[i]
-        node["active_ns"] = active
-        node["await_ns"] = await_ns
-        node["ready_ns"] = ready
-        node["max_slice_ns"] = max_slice
-        node["suspensions"] = suspensions
-    for i, outcome in zip(tree.outcome_node, tree.outcome, strict=True):
-        nodes[i]["outcome"] = _OUTCOMES.get(outcome, "truncated")
-    for i, start, ready, length in zip(
-        tree.wait_node, tree.wait_start_ns, tree.wait_ready_ns, tree.wait_ns, strict=True
-    ):
-        nodes[i].setdefault("waits", []).append(
-            {
-                "start_ns": start,
-                "ready_ns": None if ready < 0 else start + ready,
-                "end_ns": start + length,
-            }
-        )
-    for node, p in zip(nodes, tree.parent, strict=True):
-        if p >= 0:
-            nodes[p]["children"].append(node)
-    shown = _lanes_shown(tree, nodes)
+
+def node(top: Node) -> dict:
+    """A node and everything under it as JSON dicts, the fields named as in `Node` (waits
+    only where kept; a summary's count, summed wall and hidden calls only in summaries).
+    Iterative: call trees can be deeper than Python's recursion limit."""
+    out = _node_dict(top)
+    todo = [(top, out)]
+    while todo:
+        current, shown = todo.pop()
+        children = shown["children"]
+        for child in current.children:
+            child_dict = _node_dict(child)
+            children.append(child_dict)
+            todo.append((child, child_dict))
+    return out
+
+
+def _node_dict(n: Node) -> dict:
+    out = dict(zip(_NODE_FIELDS, _node_values(n), strict=True))
+    out["children"] = []
+    if n.waits is not None:
+        out["waits"] = [dict(zip(_WAIT_FIELDS, _wait_values(w), strict=True)) for w in n.waits]
+    if n.merged is not None:
+        out["calls"] = n.merged.calls
+        out["wall_ns"] = n.merged.wall_ns
+        out["hidden"] = n.merged.hidden
+    return out
+
+
+def lanes(shown: list[Lane]) -> list[dict]:
+    """Each lane with its nodes nested under its root."""
     return [
         {
             "id": lane.id,
-            "kind": _LANE_KINDS.get(lane.kind, "thread"),
+            "kind": lane.kind,
             "name": lane.name,
-            "parent_lane": str(lane.parent_lane) if lane.parent_lane >= 0 else None,
-            "parent_node": lane.parent_node if lane.parent_node >= 0 else None,
-            "root": nodes[lane.root],
+            "parent_lane": lane.parent_lane,
+            "parent_node": lane.parent_node,
+            "root": node(lane.root),
         }
         for lane in shown
     ]
-
-
-def _lanes_shown(tree: tree_pb2.StoredTree, nodes: list[dict]) -> list[tree_pb2.StoredLane]:
-    """The main lane, and every lane that recorded a call or spawned a lane shown: a pool's
-    worker thread started by the request, or a task that ran nothing instrumented, is noise
-    (lanes come parents first, so one pass from the end sees children first)."""
-    spawned_shown: set[int] = set()
-    shown = []
-    for lane in reversed(tree.lanes):
-        own_id = int(lane.id) if lane.id.isdigit() else -2
-        if lane.parent_lane < 0 or nodes[lane.root]["children"] or own_id in spawned_shown:
-            shown.append(lane)
-            spawned_shown.add(lane.parent_lane)
-    return shown[::-1]

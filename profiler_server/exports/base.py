@@ -1,7 +1,7 @@
 """What every exporter shares: its inputs and the one record that describes a format.
 
 Like pyinstrument's renderers, an output format is one small module with one job: turn a
-stored request (its summary and lanes, views.summary / views.lanes) or an aggregate (the
+stored request (its summary and typed lanes, assembly/request_tree.py) or an aggregate (the
 stacks of queries.stack_totals) into the bytes another tool reads. A module declares a
 `FORMAT`; the HTTP API looks formats up by name and never knows more than this record.
 """
@@ -14,16 +14,18 @@ from typing import Any
 
 import orjson
 
+from profiler_server.assembly.request_tree import Lane
+
 Stacks = Sequence[tuple[str, int, int]]  # (signature "mod:qual;mod:qual", self ns, calls)
 Sources = Callable[[Sequence[str]], Mapping[str, tuple[str, int]]]  # names -> (file, line)
 
 
 @dataclass(frozen=True)
 class RequestProfile:
-    """One stored request as the API shows it: `summary` and `lanes` (docs/api.md)."""
+    """One stored request: its `summary` as the API lists it (docs/api.md) and its lanes."""
 
     summary: dict
-    lanes: list[dict]
+    lanes: list[Lane]
 
 
 def _no_sources(_: Sequence[str]) -> Mapping[str, tuple[str, int]]:

@@ -20,20 +20,20 @@ def render_request(profile: RequestProfile) -> bytes:
     s = profile.summary
     events = [_metadata("process_name", 0, name=f"{s['service']} {s['method']} {s['route']}")]
     for tid, lane in enumerate(profile.lanes, start=1):
-        events.append(_metadata("thread_name", tid, name=f"{lane['name']} ({lane['kind']})"))
+        events.append(_metadata("thread_name", tid, name=f"{lane.name} ({lane.kind})"))
         events.append(_metadata("thread_sort_index", tid, sort_index=tid))
-        for span in spans(lane["root"]):
+        for span in spans(lane.root):
             node = span.node
             events.append(
                 {
                     "ph": "X",
-                    "name": node["function"],
-                    "cat": lane["kind"],
+                    "name": node.function,
+                    "cat": lane.kind,
                     "ts": span.start_ns / NS_PER_US,
                     "dur": (span.end_ns - span.start_ns) / NS_PER_US,
                     "pid": PID,
                     "tid": tid,
-                    "args": {key: node[key] for key in ARGS},
+                    "args": {key: getattr(node, key) for key in ARGS},
                 }
             )
     return json_bytes(

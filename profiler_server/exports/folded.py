@@ -20,17 +20,17 @@ def request_stacks(profile: RequestProfile) -> list[tuple[str, int, int]]:
     index: dict[tuple[int, str], int] = {}  # (parent stack, function) -> stack
     totals: dict[int, list[int]] = {}
     for lane in profile.lanes:
-        todo = [(lane["root"], 0)]
+        todo = [(lane.root, 0)]
         while todo:
             node, parent = todo.pop()
-            key = (parent, node["function"])
+            key = (parent, node.function)
             stack = index.get(key)
             if stack is None:
-                stack = index[key] = tree.add(parent, node["function"])
+                stack = index[key] = tree.add(parent, node.function)
             found = totals.setdefault(stack, [0, 0])
-            found[0] += node["self_ns"]
+            found[0] += node.self_ns
             found[1] += 1
-            todo.extend((child, stack) for child in reversed(node["children"]))
+            todo.extend((child, stack) for child in reversed(node.children))
     named: dict[str, list[int]] = {}
     for stack, (self_ns, calls) in totals.items():
         found = named.setdefault(tree.name(stack), [0, 0])

@@ -6,6 +6,7 @@ by self time."""
 from __future__ import annotations
 
 from profiler_core.stacks import SEPARATOR
+from profiler_server.assembly.request_tree import Lane
 from profiler_server.exports.base import Aggregate, Format, RequestProfile, json_bytes
 from profiler_server.exports.timeline import spans
 
@@ -42,21 +43,21 @@ def _file(name: str, frames: _Frames, profiles: list[dict]) -> bytes:
     )
 
 
-def _lane_profile(lane: dict, frames: _Frames) -> dict:
+def _lane_profile(lane: Lane, frames: _Frames) -> dict:
     events: list[dict] = []
     opened: list = []
-    for span in spans(lane["root"]):
+    for span in spans(lane.root):
         while opened and opened[-1].depth >= span.depth:
             done = opened.pop()
-            events.append({"type": "C", "frame": frames(done.node["function"]), "at": done.end_ns})
-        events.append({"type": "O", "frame": frames(span.node["function"]), "at": span.start_ns})
+            events.append({"type": "C", "frame": frames(done.node.function), "at": done.end_ns})
+        events.append({"type": "O", "frame": frames(span.node.function), "at": span.start_ns})
         opened.append(span)
     while opened:
         done = opened.pop()
-        events.append({"type": "C", "frame": frames(done.node["function"]), "at": done.end_ns})
+        events.append({"type": "C", "frame": frames(done.node.function), "at": done.end_ns})
     return {
         "type": "evented",
-        "name": f"{lane['name']} ({lane['kind']} lane {lane['id']})",
+        "name": f"{lane.name} ({lane.kind} lane {lane.id})",
         "unit": "nanoseconds",
         "startValue": events[0]["at"],
         "endValue": events[-1]["at"],

@@ -96,8 +96,10 @@ export function toLocal(iso) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 }
 
-// A sortable table: columns = [[title, key, format?]], rows = objects.
-export function table(columns, rows, { sortKey, onRow, rowAttrs } = {}) {
+// A sortable table: columns = [[title, key, format?]], rows = objects. Past maxRows (a big
+// request's thousands of functions would slow every layout of the page) it shows the first
+// rows in the current order, and a line saying how many more.
+export function table(columns, rows, { sortKey, onRow, rowAttrs, maxRows = Infinity } = {}) {
   let key = sortKey;
   let descending = true;
   const body = el("tbody");
@@ -106,14 +108,18 @@ export function table(columns, rows, { sortKey, onRow, rowAttrs } = {}) {
       const order = a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0;
       return descending ? -order : order;
     });
+    const more = sorted.length - maxRows;
+    const text = `${more.toLocaleString()} more: sort by a column to see others`;
+    const note = el("tr", { class: "more" }, el("td", { colspan: columns.length }, text));
     body.replaceChildren(
-      ...sorted.map((row) =>
+      ...sorted.slice(0, maxRows).map((row) =>
         el(
           "tr",
           { ...rowAttrs?.(row), onclick: onRow && (() => onRow(row)) },
           columns.map(([, k, format]) => el("td", {}, format ? format(row[k], row) : `${row[k]}`)),
         ),
       ),
+      ...(more > 0 ? [note] : []),
     );
   };
   const head = columns.map(([title, k]) =>

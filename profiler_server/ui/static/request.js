@@ -3,7 +3,7 @@ import { AWAIT_COLOUR, FlameChart, READY_COLOUR } from "./timeline.js";
 import { el, exportLinks, formatMs, formatNs, getJSON, table, ui } from "./common.js";
 
 // Per function over the request: calls, wall (outermost calls only, so recursion counts
-// once), self, active, await, ready.
+// once), self, active, await, ready. A summary's merged node counts all its calls.
 function functionTotals(lanes) {
   const totals = new Map();
   const open = new Map();
@@ -21,12 +21,12 @@ function functionTotals(lanes) {
         row = { function: name, calls: 0, wall: 0, self: 0, active: 0, await: 0, ready: 0 };
         totals.set(name, row);
       }
-      row.calls += 1;
+      row.calls += node.calls ?? 1;
       row.self += node.self_ns;
       row.active += node.active_ns;
       row.await += node.await_ns;
       row.ready += node.ready_ns;
-      if (!open.get(name)) row.wall += node.end_ns - node.start_ns;
+      if (!open.get(name)) row.wall += node.wall_ns ?? node.end_ns - node.start_ns;
       open.set(name, (open.get(name) || 0) + 1);
       todo.push([node, true]);
       for (const child of node.children) todo.push([child, false]);
@@ -89,8 +89,19 @@ function nameCell(name) {
   return el("span", { title: name }, name.slice(cut + 1), el("br"), module);
 }
 
+// A summary says so: what it merged, and how to see the calls it left out.
+function summarisedLine(body) {
+  if (!body.summarised) return "";
+  const text =
+    `Summarised: ${body.calls.toLocaleString()} calls are too many to draw one by one, ` +
+    "so calls on the same call path are merged (×count) and the lightest paths left out " +
+    "(▸: double-click to expand).";
+  return el("p", { id: "request-summarised", class: "warn" }, text);
+}
+
 export async function requestView(root, id) {
-  const body = await getJSON(`/api/requests/${encodeURIComponent(id)}`);
+  const path = `/api/requests/${encodeURIComponent(id)}`;
+  const body = await getJSON(path);
   const sources = new Map(body.functions.map((f) => [f.function, `${f.file}:${f.line}`]));
   const chartBox = el("div", { class: "chart-box" });
   let chart = null;
@@ -98,6 +109,14 @@ export async function requestView(root, id) {
     ...row,
     source: sources.get(row.function) || "",
   }));
+  // A node's summary below it replaces its children (which it had none of: left out).
+  const expand = async (node) => {
+    const below = await getJSON(path, { node: node.id });
+    node.children = below.node.children;
+    node.hidden = 0;
+    chart.relayout();
+    chart.redraw();
+  };
   const select = (name) => {
     chart.highlight = chart.highlight === name ? null : name;
     for (const tr of tableBox.querySelectorAll("tr[data-function]")) {
@@ -120,6 +139,7 @@ export async function requestView(root, id) {
     rows,
     {
       sortKey: "self",
+      maxRows: 500,
       onRow: (row) => select(row.function),
       rowAttrs: (row) => ({
         "data-function": row.function,
@@ -146,6 +166,7 @@ export async function requestView(root, id) {
       body.truncated ? el("span", { class: "warn" }, " · truncated") : null,
     ),
     exceptionLine(body.lanes),
+    summarisedLine(body),
     el(
       "div",
       { class: "toolbar" },
@@ -161,7 +182,7 @@ export async function requestView(root, id) {
     ),
     el("div", { class: "split" }, chartBox, tableBox),
   );
-  chart = new FlameChart(chartBox, body.lanes, sources, select);
+  chart = new FlameChart(chartBox, body.lanes, sources, select, expand);
   chart.draw();
   ui.loaded = { ...ui.loaded, timeline: performance.now() };
   return () => chart.redraw();

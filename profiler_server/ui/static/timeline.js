@@ -107,13 +107,21 @@ function layout(lanes) {
   return { items, byNode, laneRoots, bands, height: Math.max(top, ROW), end };
 }
 
+// A node's label: a summary's merged calls show their count, calls left out a "▸".
+function label(n) {
+  const count = n.calls > 1 ? ` ×${n.calls}` : "";
+  return `${n.function}${count}${n.hidden ? " ▸" : ""}`;
+}
+
 export class FlameChart {
-  constructor(container, lanes, sources, onSelect) {
-    const started = performance.now();
-    Object.assign(this, layout(lanes));
-    ui.layouts = { ...ui.layouts, timeline: performance.now() - started };
+  // onExpand(node): for a summary's node with calls left out (double-click); it adds the
+  // node's children, then relayout() places them.
+  constructor(container, lanes, sources, onSelect, onExpand = null) {
+    this.lanes = lanes;
+    this.relayout();
     this.sources = sources;
     this.onSelect = onSelect;
+    this.onExpand = onExpand;
     this.t0 = 0;
     this.t1 = this.end;
     this.highlight = null;
@@ -121,6 +129,12 @@ export class FlameChart {
     this.axis = el("canvas", { class: "axis", "aria-label": "time axis" });
     container.append(this.axis, this.canvas);
     this.listen();
+  }
+
+  relayout() {
+    const started = performance.now();
+    Object.assign(this, layout(this.lanes));
+    ui.layouts = { ...ui.layouts, timeline: performance.now() - started };
   }
 
   get width() {
@@ -193,11 +207,12 @@ export class FlameChart {
       }
       const suspended = n.suspensions > 0;
       const extra = { id: n.id, lane: item.lane.id, depth: item.depth, suspended, waits: 0 };
+      if (n.hidden) extra.hidden = n.hidden;
       const gap = w > 3 ? 1 : 0;
       const decorate =
         suspended && (() => this.suspension(ctx, n, x, item.y, w - gap, scale, extra));
       const fill = colourFor(n.function);
-      box(ctx, drawn, x, item.y, w - gap, ROW - 1, fill, n.function, extra, decorate);
+      box(ctx, drawn, x, item.y, w - gap, ROW - 1, fill, label(n), extra, decorate);
       if (n.outcome !== "return" || n.function === this.highlight) {
         ctx.strokeStyle = n.function === this.highlight ? "#d0008a" : "#c0392b";
         ctx.lineWidth = n.function === this.highlight ? 2 : 1;
@@ -284,11 +299,10 @@ export class FlameChart {
     const x = event.clientX - rect.left;
     const y = event.clientY - rect.top;
     const t = this.t0 + (x / rect.width) * (this.t1 - this.t0);
-    const slack = (this.t1 - this.t0) / rect.width; // one pixel
-    const item = this.items.find(
-      (i) =>
-        y >= i.y && y < i.y + ROW && t >= i.node.start_ns - slack && t <= i.node.end_ns + slack,
-    );
+    const slack = (this.t1 - this.t0) / rect.width; // one pixel, for boxes thinner than one
+    const near = (by) => (i) =>
+      y >= i.y && y < i.y + ROW && t >= i.node.start_ns - by && t <= i.node.end_ns + by;
+    const item = this.items.find(near(0)) || this.items.find(near(slack));
     return { x, t, item, width: rect.width };
   }
 
@@ -325,6 +339,7 @@ export class FlameChart {
     c.addEventListener("dblclick", (event) => {
       const { item } = this.at(event);
       if (!item) return;
+      if (item.node.hidden && this.onExpand) this.onExpand(item.node);
       const margin = (item.node.end_ns - item.node.start_ns) * 0.02;
       this.zoomTo(item.node.start_ns - margin, item.node.end_ns + margin);
     });
@@ -340,10 +355,13 @@ export class FlameChart {
         ["spawned by", spawner ? `${spawner.node.function} (lane ${spawner.lane.id})` : "—"],
       ];
     }
+    const merged = node.calls > 1 ? [["calls", `${node.calls} (merged)`]] : [];
+    const hidden = node.hidden ? [["left out", `${node.hidden} calls below (double-click)`]] : [];
     return [
       ["", node.function],
       ["at", this.sources.get(node.function) || "?"],
-      ["wall", formatNs(wall)],
+      ...merged,
+      ["wall", formatNs(node.wall_ns ?? wall)],
       ["self", formatNs(node.self_ns)],
       ["active", formatNs(node.active_ns)],
       ["await", formatNs(node.await_ns)],
@@ -351,6 +369,7 @@ export class FlameChart {
       ["suspensions", `${node.suspensions}${node.suspensions && !node.waits ? " (not kept)" : ""}`],
       ["outcome", node.outcome],
       ["lane", `${lane.kind} ${lane.name}`],
+      ...hidden,
     ];
   }
 }
