@@ -37,7 +37,9 @@ def run(kinds, functions, calls, times, lane: int = 0) -> Run:
 
 def pending(*runs: Run, request_id: int = 1, start: int | None = 0, end: int | None = None):
     """A finished request; runs are given in seq order, and arrive in reverse."""
-    p = PendingRequest(request_id, route="/r", method="GET", start_ns=start, status=200)
+    p = PendingRequest(
+        request_id, route="/r", method="GET", start_ns=start, status=200, session_id="s"
+    )
     p.end_ns = end if end is not None else max(int(r.times.max()) for r in runs) + 10
     for seq, r in reversed(list(enumerate(runs, 1))):
         p.runs.append((seq, r))
@@ -81,7 +83,7 @@ def assert_same(fast: Forest, slow: Forest) -> None:
 def test_synthetic_requests_are_assembled_alike(shape: CallShape, parts: int) -> None:
     pendings = [synthetic(rid, shape, parts) for rid in range(1, 8)]
     fast_problems, slow_problems = Counter(), Counter()
-    fast, rest = assemble_nested("s", pendings, fast_problems)
+    fast, rest = assemble_nested(pendings, fast_problems)
     assert rest == [] and fast is not None
     assert_same(fast, general(pendings, slow_problems))
     assert fast_problems == slow_problems == Counter()
@@ -105,7 +107,7 @@ def test_exception_exits_and_exits_naming_another_function_are_assembled_alike()
         pending(events(), request_id=2, end=5),  # no events at all: general path
     ]
     fast_problems, slow_problems = Counter(), Counter()
-    fast, rest = assemble_nested("s", pendings, fast_problems)
+    fast, rest = assemble_nested(pendings, fast_problems)
     assert rest == [pendings[1]] and fast is not None
     assert_same(fast, general(pendings[:1], slow_problems))
     assert fast_problems == slow_problems == Counter({P.EXIT_MISMATCH: 1})
@@ -130,7 +132,7 @@ BAD = {
 def test_requests_it_cannot_take_are_left_to_the_general_path(name: str) -> None:
     good = synthetic(1, CallShape(calls=30, depth=4, functions=5))
     bad = pending(BAD[name], request_id=2)
-    fast, rest = assemble_nested("s", [bad, good], Counter())
+    fast, rest = assemble_nested([bad, good], Counter())
     assert rest == [bad]
     assert fast is not None
     assert_same(fast, general([good], Counter()))
@@ -142,6 +144,6 @@ def test_requests_without_start_or_end_or_with_other_lanes_take_the_general_path
     after_end = pending(plain, request_id=2, end=3)
     laned = pending(plain, run([ENTER, EXIT], [2, 2], [2, 2], [6, 7], lane=1), request_id=3)
     laned.lanes[1] = LaneInfo(LaneKind.THREAD, "pool", 0, None, None)
-    fast, rest = assemble_nested("s", [no_start, after_end, laned], Counter())
+    fast, rest = assemble_nested([no_start, after_end, laned], Counter())
     assert fast is None
     assert sorted(p.request_id for p in rest) == [1, 2, 3]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import immutables
@@ -102,16 +102,6 @@ class StackInterner:
         self._on_stack.append(below if gid in below else below.set(gid, None))
         return index
 
-    def lookup(self, parents: np.ndarray, fids: np.ndarray) -> np.ndarray:
-        """The stacks of many (parent stack, function id) pairs; new ones are interned.
-        Python looks up each distinct pair once."""
-        keys, inverse = np.unique(parents << _FUNCTION_BITS | fids, return_inverse=True)
-        index, child = self.index, self.child
-        stacks = [
-            index.get(k) or child(k >> _FUNCTION_BITS, k & _FUNCTION_MASK) for k in keys.tolist()
-        ]
-        return np.array(stacks, dtype=np.int64)[inverse]
-
     def row(self, stack: int) -> tuple[int, int]:
         """(parent stack id, leaf function id): what is stored of a stack."""
         return self.ids[self.tree.parent[stack]], self.function_ids[stack]
@@ -163,8 +153,29 @@ def _depths(forest: Forest, up: np.ndarray) -> np.ndarray:
     return depth
 
 
-def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
-    """Every node's interned stack. A lane's root has its spawning call's; a lane spawned
+def _intern(
+    interners: Sequence[StackInterner], session: np.ndarray, parents: np.ndarray, fids: np.ndarray
+) -> np.ndarray:
+    """The stacks of many (session, parent stack, function id) triples; new ones are interned.
+    Python looks up each distinct triple once."""
+    keys = parents << _FUNCTION_BITS | fids
+    order = np.lexsort((keys, session))
+    keys, session = keys[order], session[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (keys[1:] != keys[:-1]) | (session[1:] != session[:-1])
+    stacks = []
+    for s, k in zip(session[first].tolist(), keys[first].tolist(), strict=True):
+        interner = interners[s]
+        found = interner.index.get(k)
+        stacks.append(found or interner.child(k >> _FUNCTION_BITS, k & _FUNCTION_MASK))
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.array(stacks, dtype=np.int64)[np.cumsum(first) - 1]
+    return out
+
+
+def _stacks(forest: Forest, interners: Sequence[StackInterner], session: np.ndarray) -> np.ndarray:
+    """Every node's interned stack, in its session's interner (`session`: an index into
+    `interners` per node). A lane's root has its spawning call's; a lane spawned
     where no call of its parent lane was open (a task that only handed work to a thread)
     has its parent lane's root's; the main lane's root the empty one."""
     up = forest.parent.copy()  # a spawned lane's root hangs from its spawning call
@@ -192,25 +203,30 @@ def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
     for first, last, narrow in spans:
         nodes = order[first:last]
         if narrow:
-            _one_by_one(nodes, stack, up, forest, interner)
+            _one_by_one(nodes, stack, up, forest, interners, session)
         elif root[nodes[0]]:
             spawner = up[nodes]
             stack[nodes] = np.where(spawner >= 0, stack[np.maximum(spawner, 0)], 0)
         else:
             parents = stack[forest.parent[nodes]]
-            stack[nodes] = interner.lookup(parents, forest.function[nodes])
+            stack[nodes] = _intern(interners, session[nodes], parents, forest.function[nodes])
     return stack
 
 
 def _one_by_one(
-    nodes: np.ndarray, stack: np.ndarray, up: np.ndarray, forest: Forest, interner: StackInterner
+    nodes: np.ndarray,
+    stack: np.ndarray,
+    up: np.ndarray,
+    forest: Forest,
+    interners: Sequence[StackInterner],
+    session: np.ndarray,
 ) -> None:
     """Interns the stacks of a run of narrow levels in Python, node by node in level order
     (a node's parent or spawner comes first): a deep chain's one node per level costs a
     dict lookup, not a round of NumPy calls."""
     found: dict[int, int] = {}  # node -> stack, for this run
-    columns = (nodes, forest.parent[nodes], up[nodes], forest.function[nodes])
-    for node, parent, spawner, function in zip(*(c.tolist() for c in columns), strict=True):
+    columns = (nodes, forest.parent[nodes], up[nodes], forest.function[nodes], session[nodes])
+    for node, parent, spawner, function, s in zip(*(c.tolist() for c in columns), strict=True):
         if function == LANE_ROOT:
             below = spawner
             if below < 0:
@@ -219,7 +235,7 @@ def _one_by_one(
         else:
             below = parent
         under = found[below] if below in found else int(stack[below])
-        found[node] = under if function == LANE_ROOT else interner.child(under, function)
+        found[node] = under if function == LANE_ROOT else interners[s].child(under, function)
     stack[list(found)] = list(found.values())
 
 
@@ -248,22 +264,55 @@ class Summary:
     shown: Callable[[int], str | None]  # stack id -> its name as shown, for the stacks here
 
 
-def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Summary:
-    """The forest's stored trees and totals; stacks new to the session are interned."""
-    unknown_before = interner.unknown
-    stack = _stacks(forest, interner)
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: Counter) -> Summary:
+    """The forest's stored trees and totals; stacks new to a session are interned in its
+    interner (`interners`: by session id). A storage group's requests of all its sessions
+    go together: the NumPy passes cost per group, not per session."""
+    number: dict[str, int] = {}
+    request_session = np.array(
+        [number.setdefault(r.session_id, len(number)) for r in forest.requests], dtype=np.int64
+    )
+    used = [interners[sid] for sid in number]
+    unknown_before = sum(i.unknown for i in used)
+    session = request_session[forest.owner()]
+    stack = _stacks(forest, used, session)
+    # the sessions' stacks side by side: a node's stack is its session's base + its index
+    columns = [i.columns() for i in used]
+    bases = np.cumsum([0, *(len(c.ids) for c in columns)])
+    function_bases = np.cumsum([0, *(len(c.functions) for c in columns)])
+    ids = _joined([c.ids for c in columns])
+    outermost = _joined([c.outermost for c in columns])
+    leaf = _joined([c.leaf + b for c, b in zip(columns, function_bases.tolist(), strict=False)])
+    functions = _joined([c.functions for c in columns])
     calls = np.flatnonzero(forest.function != LANE_ROOT)
     owner = forest.owner()[calls]
-    per_stack = Totals.grouped(owner, stack[calls], _node_values(forest, calls))
-    columns = interner.columns()
+    joined = stack[calls] + bases[session[calls]]
+    per_stack = Totals.grouped(owner, joined, _node_values(forest, calls))
     values = per_stack.values.copy()
-    values[TOTAL] *= columns.outermost[per_stack.key]  # recursion: count the outermost call
-    per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
-    per_function.key = columns.functions[per_function.key]
-    used = np.unique(per_stack.key).tolist()
-    nodes = {interner.ids[s]: interner.row(s) for s in used}
-    per_stack.key = columns.ids[per_stack.key]
-    if interner.unknown > unknown_before:
-        problems[P.UNKNOWN_FUNCTION] += interner.unknown - unknown_before
-    trees = stored_trees(forest, interner.names.__getitem__)
-    return Summary(trees, per_stack, per_function, nodes, interner.shown)
+    values[TOTAL] *= outermost[per_stack.key]  # recursion: count the outermost call
+    per_function = Totals.grouped(per_stack.owner, leaf[per_stack.key], values)
+    per_function.key = functions[per_function.key]
+    distinct = np.unique(per_stack.key)
+    of = np.searchsorted(bases, distinct, side="right") - 1
+    nodes: dict[int, tuple[int, int]] = {}
+    shown_by: dict[int, StackInterner] = {}
+    for s, local in zip(of.tolist(), (distinct - bases[of]).tolist(), strict=True):
+        sid = used[s].ids[local]
+        nodes[sid] = used[s].row(local)
+        shown_by[sid] = used[s]
+    per_stack.key = ids[per_stack.key]
+    unknown = sum(i.unknown for i in used) - unknown_before
+    if unknown:
+        problems[P.UNKNOWN_FUNCTION] += unknown
+    names = [used[s].names.__getitem__ for s in request_session.tolist()]
+    trees = stored_trees(forest, names)
+
+    def shown(sid: int) -> str | None:
+        interner = shown_by.get(sid)
+        return None if interner is None else interner.shown(sid)
+
+    return Summary(trees, per_stack, per_function, nodes, shown)

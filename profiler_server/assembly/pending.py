@@ -40,6 +40,7 @@ class PendingRequest:
     dropped_events: int = 0  # beyond the server's per-request cap
     seqs: set[int] = field(default_factory=set)  # batches holding part of it
     touched: float = 0.0  # server monotonic seconds of the last update
+    session_id: str = ""  # its session's: a group's requests of many sessions assemble together
 
     @property
     def ended(self) -> bool:

@@ -204,7 +204,7 @@ class Session:
                 return None
             if len(self.pending) >= self.limits.max_open_requests:
                 self._evict_oldest(applied)
-            pending = self.pending[request_id] = PendingRequest(request_id)
+            pending = self.pending[request_id] = PendingRequest(request_id, session_id=self.id)
         if seq not in pending.seqs:
             pending.seqs.add(seq)
             self.batch_refs.setdefault(seq, set()).add(request_id)

@@ -211,32 +211,44 @@ class Sessions:
 
     # --- finishing requests ----------------------------------------------------------------
     def finish(
-        self, session: Session, pendings: list[PendingRequest], group: Group, problems: Counter
+        self,
+        finishing: list[tuple[Session, list[PendingRequest]]],
+        group: Group,
+        problems: Counter,
     ) -> None:
-        group.sessions[session.id] = session
-        forest = assemble_all(session.id, pendings, problems)
-        summary = summarize(forest, session.interner, problems)
-        hello = session.hello
-        rows = [
-            {
-                "id": request.key,
-                "session_id": session.id,
-                "service": session.service,
-                "route": request.route or "(none)",
-                "method": request.method,
-                "status": request.status,
-                "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
-                "duration_ns": request.end - request.start,
-                "truncated": request.truncated,
-                "calls": calls,
-                "events": request.events,
-            }
-            for request, calls in zip(forest.requests, forest.calls(), strict=True)
-        ]
+        """Stores the requests of all `finishing` sessions as one forest: assembling and
+        summarizing cost per group, not per session (a fleet sends one request a batch)."""
+        sessions = {session.id: session for session, _ in finishing}
+        group.sessions.update(sessions)
+        pendings = [p for _, ps in finishing for p in ps]
+        forest = assemble_all(pendings, problems)
+        summary = summarize(
+            forest, {sid: session.interner for sid, session in sessions.items()}, problems
+        )
+        rows = []
+        for request, calls in zip(forest.requests, forest.calls(), strict=True):
+            session = sessions[request.session_id]
+            hello = session.hello
+            rows.append(
+                {
+                    "id": request.key,
+                    "session_id": session.id,
+                    "service": session.service,
+                    "route": request.route or "(none)",
+                    "method": request.method,
+                    "status": request.status,
+                    "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
+                    "duration_ns": request.end - request.start,
+                    "truncated": request.truncated,
+                    "calls": calls,
+                    "events": request.events,
+                }
+            )
         group.ws.requests.append(StoredRequests.of(rows, summary))
-        for pending in pendings:
-            released = session.finish(pending)
-            group.ws.release.extend((session.id, seq) for seq in released)
+        for session, session_pendings in finishing:
+            for pending in session_pendings:
+                released = session.finish(pending)
+                group.ws.release.extend((session.id, seq) for seq in released)
 
     def finish_all(
         self,
@@ -251,7 +263,7 @@ class Sessions:
             problems[reason] += 1
             pending.host_truncated = True
         if pendings:
-            self.finish(session, pendings, group, problems)
+            self.finish([(session, pendings)], group, problems)
 
     # --- sessions no stream holds ------------------------------------------------------------
     def reap(self, group: Group, now: float, problems: Counter, stale_before: float) -> None:
