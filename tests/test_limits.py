@@ -13,6 +13,7 @@ from profiler_core.wire.builder import BatchBuilder
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.finished import FinishedIds
 from profiler_server.loadgen import HostStream, hello
+from profiler_server.metrics.services import CANDIDATES, OTHER, ServiceLabels
 from tests.helpers import eventually, metric_value, stored_requests
 
 REJECTED = "profiler_ingest_rejected_total"
@@ -174,6 +175,29 @@ def test_services_beyond_the_limit_are_one_other_series(start) -> None:
     assert services("profiler_requests_stored_total") == {"a": 1, "b": 1, "(other)": 2}
     assert services("profiler_request_duration_seconds_count") == {"a": 1, "b": 1, "(other)": 2}
     assert services("profiler_function_calls_total") == {"a": 1, "b": 1, "(other)": 2}
+
+
+def test_services_in_metrics_are_the_top_n_by_requests_without_swapping_back_and_forth() -> None:
+    labels = ServiceLabels(2)
+    labels.count("a", 10)
+    labels.count("b", 12)
+    assert (labels("a"), labels("b")) == ("a", "b")
+    labels.count("c", 15)  # more than a, but not twice as many: no swap
+    assert labels("c") == OTHER
+    labels.count("c", 5)  # twice a's: c takes the place of the member with the fewest
+    assert (labels("a"), labels("b"), labels("c")) == (OTHER, "b", "c")
+    labels.count("a", 5)  # a has more than b again, but not twice as many: it stays out
+    assert labels("a") == OTHER
+
+
+def test_counting_services_holds_a_bounded_table_and_still_finds_a_big_one() -> None:
+    labels = ServiceLabels(3)
+    for n in range(10_000):
+        labels.count(f"one-off {n}", 1)
+        labels(f"one-off {n}")
+    assert len(labels._counts) <= CANDIDATES * 3
+    labels.count("big", 1_000)
+    assert labels("big") == "big"
 
 
 def test_finished_request_ids_take_a_watermark_not_an_entry_each() -> None:
