@@ -251,7 +251,7 @@ class Pipeline:
         """After the commit: metrics, listeners, then the acks (sent whatever the others do:
         what they ack is stored)."""
         try:
-            self.profiles.record(stored, self.lifecycle.names)
+            self.profiles.record(stored)
             self.profiles.requests.record(group.ws.route_minutes)
             for listener in self.listeners:
                 listener(stored)

@@ -77,6 +77,53 @@ def test_functions_beyond_the_session_limit_are_unknown(start) -> None:
     stream.close()
 
 
+def test_undefined_function_ids_beyond_the_sessions_names_are_one_frame(start) -> None:
+    """Names are kept for the defined functions and as many undefined ids again (2 x 2
+    here); further undefined ids are one `(more unknown functions)` frame, counted."""
+    server = start(max_session_functions=2)
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    builder = BatchBuilder()
+    for fid in (1, 2):
+        builder.function(fid, "app", f"f{fid}")
+    whole_request(builder, 1, [1, 2, 10, 11, 12, 13, 14])
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1}) and stream.stored == {1}
+
+    (stored,) = eventually(lambda: stored_requests(server.http, service="shop"))
+    node = server.get(f"/api/requests/{stored['id']}").json()["lanes"][0]["root"]
+    chain = []
+    while node["children"]:
+        node = node["children"][0]
+        chain.append(node["function"])
+    more = "(more unknown functions)"
+    assert (
+        chain == ["app:f1", "app:f2", "(unknown function 10)", "(unknown function 11)"] + [more] * 3
+    )
+    assert counted(server, P.UNKNOWN_FUNCTION_LIMIT) == 3
+    (session,) = server.server.pipeline.sessions.values()
+    assert len(session.interner.names) == 4
+    stream.close()
+
+
+def test_lanes_and_their_names_count_toward_the_open_events_limit(start) -> None:
+    server = start(max_open_events=1_000)
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    lanes = BatchBuilder()
+    t0 = time.monotonic_ns()
+    lanes.start(1, "/lanes", "GET", t0)
+    for lane in range(1, 41):  # 40 x (8 + 500 // 25) = 1,120 events' worth, without events
+        lanes.lane(1, lane, 2, "n" * 500)
+    stream.send_batch(lanes.build(1))
+    assert stream.wait_acked({1})
+
+    (stored,) = eventually(lambda: stored_requests(server.http, service="shop"), timeout=10)
+    assert stored["truncated"] and stored["route"] == "/lanes"
+    assert counted(server, P.MEMORY_LIMIT) == 1
+    stream.close()
+
+
 def test_open_requests_beyond_the_session_limit_store_the_oldest_truncated(start) -> None:
     server = start(max_open_requests=2)
     stream = HostStream(server.target)

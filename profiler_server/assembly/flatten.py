@@ -43,6 +43,8 @@ Resolver = Callable[[int], tuple[int, str] | None]  # session function id -> (gl
 _FUNCTION_BITS = 32  # session function ids are uint32
 _FUNCTION_MASK = (1 << _FUNCTION_BITS) - 1
 _NARROW = 64  # levels with fewer nodes are interned node by node, the others with NumPy
+MORE_UNKNOWN = "(more unknown functions)"  # undefined ids past StackInterner's max_names
+MORE_UNKNOWN_ID = -(1 << _FUNCTION_BITS) - 1  # below every (unknown function N)'s -N - 1
 
 
 @dataclass
@@ -60,10 +62,15 @@ class StackInterner:
     """A session's stacks: (parent stack, function id) -> small int, with what each stands
     for. Each new stack costs the same whatever its depth: its id comes from its parent's
     (stacktree.stack_id), and the functions on it are a persistent map shared with its
-    parent (a copy of a few nodes only when the leaf's function is new to the stack)."""
+    parent (a copy of a few nodes only when the leaf's function is new to the stack).
 
-    def __init__(self, resolve: Resolver) -> None:
+    Ids the session never defined get a name each, `(unknown function N)`, up to
+    `max_names` names in all; the ids beyond are one `(more unknown functions)` frame, so
+    a host calling any number of made-up ids costs bounded memory."""
+
+    def __init__(self, resolve: Resolver, max_names: int = 200_000) -> None:
         self._resolve = resolve
+        self._max_names = max_names
         self.index: dict[int, int] = {}  # parent stack << 32 | session function id -> stack
         self.tree = StackTree()
         self.ids: list[int] = [EMPTY_ID]  # stacktree.stack_id
@@ -72,10 +79,13 @@ class StackInterner:
         self.leaf: list[int] = [0]  # dense number of the leaf frame's global function id
         self.outermost: list[bool] = [False]  # leaf function not already on the stack
         self.functions: list[int] = [0]  # dense number -> global function id
+        self.function_names: list[str] = [""]  # dense number -> the function's name
         self._numbers: dict[int, int] = {0: 0}  # global function id -> dense number
         self._on_stack: list[immutables.Map] = [immutables.Map()]  # global function ids
         self.names: dict[int, str] = {}  # session function id -> name
         self.unknown = 0  # stacks whose leaf function was never defined
+        self.over_names = 0  # lookups of undefined ids past max_names
+        self._more: dict[int, int] = {}  # parent stack -> its (more unknown functions) child
         self._columns = tuple(_Growing(t) for t in (np.int64, np.int64, bool, np.int64))
 
     def child(self, parent: int, fid: int) -> int:
@@ -85,11 +95,21 @@ class StackInterner:
             return found
         resolved = self._resolve(fid)
         if resolved is None:
+            if fid not in self.names and len(self.names) >= self._max_names:
+                self.over_names += 1
+                more = self._more.get(parent)
+                if more is None:
+                    more = self._more[parent] = self._add(parent, MORE_UNKNOWN_ID, MORE_UNKNOWN)
+                return more
             self.unknown += 1
             resolved = (-fid - 1, f"(unknown function {fid})")
         gid, name = resolved
         self.names[fid] = name
-        index = self.index[key] = self.tree.add(parent, name)
+        index = self.index[key] = self._add(parent, gid, name)
+        return index
+
+    def _add(self, parent: int, gid: int, name: str) -> int:
+        index = self.tree.add(parent, name)
         sid = stack_id(self.ids[parent], gid)
         self.ids.append(sid)
         self.by_id[sid] = index
@@ -97,10 +117,15 @@ class StackInterner:
         self.leaf.append(self._numbers.setdefault(gid, len(self._numbers)))
         if len(self.functions) < len(self._numbers):
             self.functions.append(gid)
+            self.function_names.append(name)
         below = self._on_stack[parent]
         self.outermost.append(gid not in below)
         self._on_stack.append(below if gid in below else below.set(gid, None))
         return index
+
+    def name(self, fid: int) -> str:
+        """The name of a session function id met on a stack."""
+        return self.names.get(fid, MORE_UNKNOWN)
 
     def row(self, stack: int) -> tuple[int, int]:
         """(parent stack id, leaf function id): what is stored of a stack."""
@@ -262,6 +287,7 @@ class Summary:
     functions: Totals  # key: global function id; TOTAL counts outermost calls only
     nodes: dict[int, tuple[int, int]]  # stack id -> (parent stack id, function id), as stored
     shown: Callable[[int], str | None]  # stack id -> its name as shown, for the stacks here
+    function_names: dict[int, str]  # global function id -> name, for the functions here
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
@@ -278,6 +304,7 @@ def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: 
     )
     used = [interners[sid] for sid in number]
     unknown_before = sum(i.unknown for i in used)
+    over_before = sum(i.over_names for i in used)
     session = request_session[forest.owner()]
     stack = _stacks(forest, used, session)
     # the sessions' stacks side by side: a node's stack is its session's base + its index
@@ -295,6 +322,12 @@ def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: 
     values = per_stack.values.copy()
     values[TOTAL] *= outermost[per_stack.key]  # recursion: count the outermost call
     per_function = Totals.grouped(per_stack.owner, leaf[per_stack.key], values)
+    dense = np.unique(per_function.key)
+    of = np.searchsorted(function_bases, dense, side="right") - 1
+    function_names = {
+        used[s].functions[j]: used[s].function_names[j]
+        for s, j in zip(of.tolist(), (dense - function_bases[of]).tolist(), strict=True)
+    }
     per_function.key = functions[per_function.key]
     distinct = np.unique(per_stack.key)
     of = np.searchsorted(bases, distinct, side="right") - 1
@@ -308,11 +341,14 @@ def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: 
     unknown = sum(i.unknown for i in used) - unknown_before
     if unknown:
         problems[P.UNKNOWN_FUNCTION] += unknown
-    names = [used[s].names.__getitem__ for s in request_session.tolist()]
+    over = sum(i.over_names for i in used) - over_before
+    if over:
+        problems[P.UNKNOWN_FUNCTION_LIMIT] += over
+    names = [used[s].name for s in request_session.tolist()]
     trees = stored_trees(forest, names)
 
     def shown(sid: int) -> str | None:
         interner = shown_by.get(sid)
         return None if interner is None else interner.shown(sid)
 
-    return Summary(trees, per_stack, per_function, nodes, shown)
+    return Summary(trees, per_stack, per_function, nodes, shown, function_names)

@@ -38,7 +38,6 @@ class Sessions:
         self.write_lock = write_lock
         self.live: dict[str, Session] = {}
         self.streams: dict[int, Session] = {}  # id(stream) -> session
-        self.names: dict[int, str] = {}  # function id -> name, for metrics
         self.release_later: list[tuple[str, int]] = []  # spool releases found by reset()
 
     def connected(self) -> list[str]:
@@ -115,7 +114,6 @@ class Sessions:
         if applied.evicted:
             self.finish_all(session, group, problems, P.OPEN_REQUEST_LIMIT, applied.evicted)
         for f in applied.functions:
-            self.names[f.function_id] = f.name
             group.ws.functions.append(
                 {
                     "id": f.function_id,
@@ -150,7 +148,6 @@ class Sessions:
         """Rebuilds a session another stream or server left: functions, seen seqs, open requests."""
         for fid, gid, name in record.functions:
             session.functions[fid] = (gid, name)
-            self.names[gid] = name
         session.seqs = SeqTracker(max(record.seqs, default=0))
         replay_problems: Counter = Counter()  # counted when first received
         for seq, raw in record.payloads:
