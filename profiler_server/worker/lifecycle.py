@@ -268,8 +268,8 @@ class Sessions:
         try:
             orphans = recovery.orphaned_sessions(self.engine, stale_before)
             for sid in orphans:
-                if sid in self.live:
-                    continue
+                if sid in self.live or sid in group.sessions:
+                    continue  # held, or finished in this very transaction (not yet stored)
                 with self.write_lock:
                     claimed = recovery.claim(self.engine, sid, self.owner, stale_before)
                 if not claimed:
