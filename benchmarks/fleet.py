@@ -181,6 +181,8 @@ def run(
         "goal_batches_per_second": GOAL_BATCHES,
         "goal_ack_p99_s": GOAL_P99_S,
         "server_cpu_share": round((cpu1 - cpu0) / wall, 3),
+        # what a batch costs the server whatever share of the core it got (a loaded machine)
+        "server_cpu_ms_per_batch": round(1000 * (cpu1 - cpu0) / max(len(out.sent), 1), 3),
         "client_cpu_share": round((client1 - client0) / wall, 3),
         "rejected_batches": out.rejected,
         "unacked_batches": out.unacked,
@@ -212,6 +214,7 @@ def report(f: dict) -> None:
                 ),
                 ("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s"),
                 ("server CPU (of one core)", f"{f['server_cpu_share']:.0%}"),
+                ("server CPU per acked batch", f"{f['server_cpu_ms_per_batch']} ms"),
                 ("client CPU (of one core)", f"{f['client_cpu_share']:.0%}"),
                 (
                     "acked / rejected / unacked",

@@ -220,10 +220,9 @@ class Pipeline:
         """Finishes the group's complete requests and spools its batches."""
         group.ws.release.extend(self.lifecycle.release_later)
         self.lifecycle.release_later.clear()
-        for session in list(group.sessions.values()):
-            complete = session.complete()
-            if complete:
-                self.lifecycle.finish(session, complete, group, problems)
+        finishing = [(s, c) for s in list(group.sessions.values()) if (c := s.complete())]
+        if finishing:
+            self.lifecycle.finish(finishing, group, problems)
         for session, seq, raw in group.batches:
             payload = raw if session.holds_open(seq) else None
             if payload is not None:
@@ -252,7 +251,7 @@ class Pipeline:
         """After the commit: metrics, listeners, then the acks (sent whatever the others do:
         what they ack is stored)."""
         try:
-            self.profiles.record(stored, self.lifecycle.names)
+            self.profiles.record(stored)
             self.profiles.requests.record(group.ws.route_minutes)
             for listener in self.listeners:
                 listener(stored)

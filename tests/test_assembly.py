@@ -171,7 +171,8 @@ class Flat:
 
 
 def flat(assembled: AssembledRequest) -> Flat:
-    summary = summarize(Forest.of_trees([assembled]), StackInterner(NAMES_BY_ID.get), Counter())
+    interners = {assembled.session_id: StackInterner(NAMES_BY_ID.get)}
+    summary = summarize(Forest.of_trees([assembled]), interners, Counter())
     stacks, functions = summary.stacks, summary.functions
     return Flat(
         tree_pb2.StoredTree.FromString(summary.trees[0]),

@@ -9,6 +9,7 @@ import uuid
 import grpc
 import httpx
 
+from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch, synthetic_run
 from profiler_server.pipeline import Inbound
@@ -220,3 +221,30 @@ def test_shutdown_with_time_enough_stores_and_acks_the_whole_backlog(tmp_path, c
         assert [s.seqs("stored") for s in streams] == [set(range(1, 101))] * 2
         assert [s.aborted for s in streams] == [[], []]
         assert not [r for r in caplog.records if "not stored" in r.getMessage()]
+
+
+def test_a_session_its_stream_left_is_stored_once_when_reaped_in_the_same_tick(
+    tmp_path, caplog
+) -> None:
+    """A session whose stream ended is finished by the stream timeout; when the worker
+    comes to it late (a backlog), its heartbeat is stale too and the reaper finds it in the
+    database in the same housekeeping transaction. Its open request is stored once."""
+    with worker(f"sqlite:///{tmp_path / 'p.db'}", stream_timeout=1.0) as pipeline:
+        now = [100.0]
+        pipeline.clock = lambda: now[0]
+        stream = FakeStream()
+        builder = BatchBuilder()
+        builder.start(1, "/open", "GET", time.monotonic_ns())
+        pipeline._process([Inbound(stream, hello=hello("left"))])
+        batch = builder.build(1)
+        raw = ingest_pb2.HostMessage(batch=batch).SerializeToString()  # spooled: it holds /open
+        pipeline._process([Inbound(stream, batch=batch, raw=raw)])
+        pipeline._process([Inbound(stream, closed=True)])
+        time.sleep(2.0)  # the session's heartbeat is stale by then (wall clock)
+        now[0] += 10.0  # and its stream timeout passed (the worker's clock)
+        pipeline._housekeep()
+
+        assert not [r for r in caplog.records if "housekeeping failed" in r.getMessage()]
+        with pipeline.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT route, truncated FROM requests").all()
+        assert [tuple(r) for r in rows] == [("/open", 1)]

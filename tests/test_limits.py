@@ -13,6 +13,7 @@ from profiler_core.wire.builder import BatchBuilder
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.finished import FinishedIds
 from profiler_server.loadgen import HostStream, hello
+from profiler_server.metrics.services import CANDIDATES, OTHER, ServiceLabels
 from tests.helpers import eventually, metric_value, stored_requests
 
 REJECTED = "profiler_ingest_rejected_total"
@@ -73,6 +74,53 @@ def test_functions_beyond_the_session_limit_are_unknown(start) -> None:
     assert (f1["function"], f2["function"]) == ("app:f1", "app:f2")
     assert f2["children"][0]["function"] == "(unknown function 3)"
     assert counted(server, P.FUNCTION_LIMIT) == 1
+    stream.close()
+
+
+def test_undefined_function_ids_beyond_the_sessions_names_are_one_frame(start) -> None:
+    """Names are kept for the defined functions and as many undefined ids again (2 x 2
+    here); further undefined ids are one `(more unknown functions)` frame, counted."""
+    server = start(max_session_functions=2)
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    builder = BatchBuilder()
+    for fid in (1, 2):
+        builder.function(fid, "app", f"f{fid}")
+    whole_request(builder, 1, [1, 2, 10, 11, 12, 13, 14])
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1}) and stream.stored == {1}
+
+    (stored,) = eventually(lambda: stored_requests(server.http, service="shop"))
+    node = server.get(f"/api/requests/{stored['id']}").json()["lanes"][0]["root"]
+    chain = []
+    while node["children"]:
+        node = node["children"][0]
+        chain.append(node["function"])
+    more = "(more unknown functions)"
+    assert (
+        chain == ["app:f1", "app:f2", "(unknown function 10)", "(unknown function 11)"] + [more] * 3
+    )
+    assert counted(server, P.UNKNOWN_FUNCTION_LIMIT) == 3
+    (session,) = server.server.pipeline.sessions.values()
+    assert len(session.interner.names) == 4
+    stream.close()
+
+
+def test_lanes_and_their_names_count_toward_the_open_events_limit(start) -> None:
+    server = start(max_open_events=1_000)
+    stream = HostStream(server.target)
+    stream.send_hello(hello("shop"))
+    lanes = BatchBuilder()
+    t0 = time.monotonic_ns()
+    lanes.start(1, "/lanes", "GET", t0)
+    for lane in range(1, 41):  # 40 x (8 + 500 // 25) = 1,120 events' worth, without events
+        lanes.lane(1, lane, 2, "n" * 500)
+    stream.send_batch(lanes.build(1))
+    assert stream.wait_acked({1})
+
+    (stored,) = eventually(lambda: stored_requests(server.http, service="shop"), timeout=10)
+    assert stored["truncated"] and stored["route"] == "/lanes"
+    assert counted(server, P.MEMORY_LIMIT) == 1
     stream.close()
 
 
@@ -174,6 +222,29 @@ def test_services_beyond_the_limit_are_one_other_series(start) -> None:
     assert services("profiler_requests_stored_total") == {"a": 1, "b": 1, "(other)": 2}
     assert services("profiler_request_duration_seconds_count") == {"a": 1, "b": 1, "(other)": 2}
     assert services("profiler_function_calls_total") == {"a": 1, "b": 1, "(other)": 2}
+
+
+def test_services_in_metrics_are_the_top_n_by_requests_without_swapping_back_and_forth() -> None:
+    labels = ServiceLabels(2)
+    labels.count("a", 10)
+    labels.count("b", 12)
+    assert (labels("a"), labels("b")) == ("a", "b")
+    labels.count("c", 15)  # more than a, but not twice as many: no swap
+    assert labels("c") == OTHER
+    labels.count("c", 5)  # twice a's: c takes the place of the member with the fewest
+    assert (labels("a"), labels("b"), labels("c")) == (OTHER, "b", "c")
+    labels.count("a", 5)  # a has more than b again, but not twice as many: it stays out
+    assert labels("a") == OTHER
+
+
+def test_counting_services_holds_a_bounded_table_and_still_finds_a_big_one() -> None:
+    labels = ServiceLabels(3)
+    for n in range(10_000):
+        labels.count(f"one-off {n}", 1)
+        labels(f"one-off {n}")
+    assert len(labels._counts) <= CANDIDATES * 3
+    labels.count("big", 1_000)
+    assert labels("big") == "big"
 
 
 def test_finished_request_ids_take_a_watermark_not_an_entry_each() -> None:

@@ -293,8 +293,9 @@ def test_route_service_and_function_labels_are_bounded() -> None:
         Totals(one, one + 7, np.array([totals], dtype=np.int64).T),
         {1: (0, 7)},
         {1: function}.get,
+        {7: function},
     )
-    metrics.record(stored, {7: function})
+    metrics.record(stored)
     samples = [s for family in registry.collect() for s in family.samples]
     values = {k: v for s in samples for k, v in s.labels.items() if k != "le"}
     assert {"service", "route", "stack", "function"} <= values.keys()

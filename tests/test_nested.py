@@ -14,7 +14,9 @@ from profiler_core.model import EventKind, LaneKind
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.builder import assemble
 from profiler_server.assembly.events import Run
+from profiler_server.assembly.flatten import StackInterner, stable_id, summarize
 from profiler_server.assembly.forest import Forest
+from profiler_server.assembly.group import assemble_all
 from profiler_server.assembly.nested import assemble_nested
 from profiler_server.assembly.pending import LaneInfo, PendingRequest
 from profiler_server.loadgen import CallShape, synthetic_run
@@ -37,7 +39,9 @@ def run(kinds, functions, calls, times, lane: int = 0) -> Run:
 
 def pending(*runs: Run, request_id: int = 1, start: int | None = 0, end: int | None = None):
     """A finished request; runs are given in seq order, and arrive in reverse."""
-    p = PendingRequest(request_id, route="/r", method="GET", start_ns=start, status=200)
+    p = PendingRequest(
+        request_id, route="/r", method="GET", start_ns=start, status=200, session_id="s"
+    )
     p.end_ns = end if end is not None else max(int(r.times.max()) for r in runs) + 10
     for seq, r in reversed(list(enumerate(runs, 1))):
         p.runs.append((seq, r))
@@ -81,7 +85,7 @@ def assert_same(fast: Forest, slow: Forest) -> None:
 def test_synthetic_requests_are_assembled_alike(shape: CallShape, parts: int) -> None:
     pendings = [synthetic(rid, shape, parts) for rid in range(1, 8)]
     fast_problems, slow_problems = Counter(), Counter()
-    fast, rest = assemble_nested("s", pendings, fast_problems)
+    fast, rest = assemble_nested(pendings, fast_problems)
     assert rest == [] and fast is not None
     assert_same(fast, general(pendings, slow_problems))
     assert fast_problems == slow_problems == Counter()
@@ -105,7 +109,7 @@ def test_exception_exits_and_exits_naming_another_function_are_assembled_alike()
         pending(events(), request_id=2, end=5),  # no events at all: general path
     ]
     fast_problems, slow_problems = Counter(), Counter()
-    fast, rest = assemble_nested("s", pendings, fast_problems)
+    fast, rest = assemble_nested(pendings, fast_problems)
     assert rest == [pendings[1]] and fast is not None
     assert_same(fast, general(pendings[:1], slow_problems))
     assert fast_problems == slow_problems == Counter({P.EXIT_MISMATCH: 1})
@@ -130,7 +134,7 @@ BAD = {
 def test_requests_it_cannot_take_are_left_to_the_general_path(name: str) -> None:
     good = synthetic(1, CallShape(calls=30, depth=4, functions=5))
     bad = pending(BAD[name], request_id=2)
-    fast, rest = assemble_nested("s", [bad, good], Counter())
+    fast, rest = assemble_nested([bad, good], Counter())
     assert rest == [bad]
     assert fast is not None
     assert_same(fast, general([good], Counter()))
@@ -142,6 +146,62 @@ def test_requests_without_start_or_end_or_with_other_lanes_take_the_general_path
     after_end = pending(plain, request_id=2, end=3)
     laned = pending(plain, run([ENTER, EXIT], [2, 2], [2, 2], [6, 7], lane=1), request_id=3)
     laned.lanes[1] = LaneInfo(LaneKind.THREAD, "pool", 0, None, None)
-    fast, rest = assemble_nested("s", [no_start, after_end, laned], Counter())
+    fast, rest = assemble_nested([no_start, after_end, laned], Counter())
     assert fast is None
     assert sorted(p.request_id for p in rest) == [1, 2, 3]
+
+
+def _summary_by_request(pendings: list[PendingRequest], sessions: list[str]) -> dict:
+    """Each request's stored tree and totals, its sessions' requests summarized together;
+    a session's function 1..n is named after the session, so stacks of two sessions that
+    used the same function ids must not be mixed up."""
+
+    def resolver(sid: str):  # type: ignore[no-untyped-def]
+        def resolve(fid: int) -> tuple[int, str]:
+            name = f"{sid}:f{fid}"
+            return stable_id(name), name
+
+        return resolve
+
+    interners = {sid: StackInterner(resolver(sid)) for sid in sessions}
+    forest = assemble_all(pendings, Counter())
+    summary = summarize(forest, interners, Counter())
+    out = {}
+    for r, meta in enumerate(forest.requests):
+        out[(meta.session_id, meta.request_id)] = (
+            summary.trees[r],
+            _totals(summary.stacks, r, summary.shown),
+            _totals(summary.functions, r, None),
+        )
+    assert sorted(out) == sorted((p.session_id, p.request_id) for p in pendings)
+    return out
+
+
+def _totals(totals, r: int, shown) -> dict:  # type: ignore[no-untyped-def]
+    rows = totals.owner == r
+    keys = totals.key[rows].tolist()
+    return {
+        shown(k) if shown else k: v
+        for k, v in zip(keys, totals.values[:, rows].T.tolist(), strict=True)
+    }
+
+
+def test_requests_of_several_sessions_summarized_together_are_as_each_session_alone() -> None:
+    shapes = [CallShape(calls=30, depth=4, functions=5), CallShape(calls=80, depth=9, functions=7)]
+    pendings = []
+    for s, sid in enumerate(("a", "b", "c")):
+        for rid in range(1, 4):
+            p = synthetic(rid, shapes[(s + rid) % 2], parts=rid)
+            p.session_id = sid
+            pendings.append(p)
+    repaired = pending(BAD["missing exit"], request_id=9)  # the general path, too
+    repaired.session_id = "b"
+    pendings.append(repaired)
+    together = _summary_by_request(pendings, ["a", "b", "c"])
+    alone = {}
+    for sid in ("a", "b", "c"):
+        alone.update(_summary_by_request([p for p in pendings if p.session_id == sid], [sid]))
+    assert together == alone
+    for (sid, _), (_, stacks, _) in together.items():
+        frames = [frame for name in stacks for frame in name.split(";")]
+        assert frames and all(frame.startswith(f"{sid}:") for frame in frames)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import immutables
@@ -43,6 +43,8 @@ Resolver = Callable[[int], tuple[int, str] | None]  # session function id -> (gl
 _FUNCTION_BITS = 32  # session function ids are uint32
 _FUNCTION_MASK = (1 << _FUNCTION_BITS) - 1
 _NARROW = 64  # levels with fewer nodes are interned node by node, the others with NumPy
+MORE_UNKNOWN = "(more unknown functions)"  # undefined ids past StackInterner's max_names
+MORE_UNKNOWN_ID = -(1 << _FUNCTION_BITS) - 1  # below every (unknown function N)'s -N - 1
 
 
 @dataclass
@@ -60,10 +62,15 @@ class StackInterner:
     """A session's stacks: (parent stack, function id) -> small int, with what each stands
     for. Each new stack costs the same whatever its depth: its id comes from its parent's
     (stacktree.stack_id), and the functions on it are a persistent map shared with its
-    parent (a copy of a few nodes only when the leaf's function is new to the stack)."""
+    parent (a copy of a few nodes only when the leaf's function is new to the stack).
 
-    def __init__(self, resolve: Resolver) -> None:
+    Ids the session never defined get a name each, `(unknown function N)`, up to
+    `max_names` names in all; the ids beyond are one `(more unknown functions)` frame, so
+    a host calling any number of made-up ids costs bounded memory."""
+
+    def __init__(self, resolve: Resolver, max_names: int = 200_000) -> None:
         self._resolve = resolve
+        self._max_names = max_names
         self.index: dict[int, int] = {}  # parent stack << 32 | session function id -> stack
         self.tree = StackTree()
         self.ids: list[int] = [EMPTY_ID]  # stacktree.stack_id
@@ -72,10 +79,13 @@ class StackInterner:
         self.leaf: list[int] = [0]  # dense number of the leaf frame's global function id
         self.outermost: list[bool] = [False]  # leaf function not already on the stack
         self.functions: list[int] = [0]  # dense number -> global function id
+        self.function_names: list[str] = [""]  # dense number -> the function's name
         self._numbers: dict[int, int] = {0: 0}  # global function id -> dense number
         self._on_stack: list[immutables.Map] = [immutables.Map()]  # global function ids
         self.names: dict[int, str] = {}  # session function id -> name
         self.unknown = 0  # stacks whose leaf function was never defined
+        self.over_names = 0  # lookups of undefined ids past max_names
+        self._more: dict[int, int] = {}  # parent stack -> its (more unknown functions) child
         self._columns = tuple(_Growing(t) for t in (np.int64, np.int64, bool, np.int64))
 
     def child(self, parent: int, fid: int) -> int:
@@ -85,11 +95,21 @@ class StackInterner:
             return found
         resolved = self._resolve(fid)
         if resolved is None:
+            if fid not in self.names and len(self.names) >= self._max_names:
+                self.over_names += 1
+                more = self._more.get(parent)
+                if more is None:
+                    more = self._more[parent] = self._add(parent, MORE_UNKNOWN_ID, MORE_UNKNOWN)
+                return more
             self.unknown += 1
             resolved = (-fid - 1, f"(unknown function {fid})")
         gid, name = resolved
         self.names[fid] = name
-        index = self.index[key] = self.tree.add(parent, name)
+        index = self.index[key] = self._add(parent, gid, name)
+        return index
+
+    def _add(self, parent: int, gid: int, name: str) -> int:
+        index = self.tree.add(parent, name)
         sid = stack_id(self.ids[parent], gid)
         self.ids.append(sid)
         self.by_id[sid] = index
@@ -97,20 +117,15 @@ class StackInterner:
         self.leaf.append(self._numbers.setdefault(gid, len(self._numbers)))
         if len(self.functions) < len(self._numbers):
             self.functions.append(gid)
+            self.function_names.append(name)
         below = self._on_stack[parent]
         self.outermost.append(gid not in below)
         self._on_stack.append(below if gid in below else below.set(gid, None))
         return index
 
-    def lookup(self, parents: np.ndarray, fids: np.ndarray) -> np.ndarray:
-        """The stacks of many (parent stack, function id) pairs; new ones are interned.
-        Python looks up each distinct pair once."""
-        keys, inverse = np.unique(parents << _FUNCTION_BITS | fids, return_inverse=True)
-        index, child = self.index, self.child
-        stacks = [
-            index.get(k) or child(k >> _FUNCTION_BITS, k & _FUNCTION_MASK) for k in keys.tolist()
-        ]
-        return np.array(stacks, dtype=np.int64)[inverse]
+    def name(self, fid: int) -> str:
+        """The name of a session function id met on a stack."""
+        return self.names.get(fid, MORE_UNKNOWN)
 
     def row(self, stack: int) -> tuple[int, int]:
         """(parent stack id, leaf function id): what is stored of a stack."""
@@ -163,8 +178,29 @@ def _depths(forest: Forest, up: np.ndarray) -> np.ndarray:
     return depth
 
 
-def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
-    """Every node's interned stack. A lane's root has its spawning call's; a lane spawned
+def _intern(
+    interners: Sequence[StackInterner], session: np.ndarray, parents: np.ndarray, fids: np.ndarray
+) -> np.ndarray:
+    """The stacks of many (session, parent stack, function id) triples; new ones are interned.
+    Python looks up each distinct triple once."""
+    keys = parents << _FUNCTION_BITS | fids
+    order = np.lexsort((keys, session))
+    keys, session = keys[order], session[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (keys[1:] != keys[:-1]) | (session[1:] != session[:-1])
+    stacks = []
+    for s, k in zip(session[first].tolist(), keys[first].tolist(), strict=True):
+        interner = interners[s]
+        found = interner.index.get(k)
+        stacks.append(found or interner.child(k >> _FUNCTION_BITS, k & _FUNCTION_MASK))
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.array(stacks, dtype=np.int64)[np.cumsum(first) - 1]
+    return out
+
+
+def _stacks(forest: Forest, interners: Sequence[StackInterner], session: np.ndarray) -> np.ndarray:
+    """Every node's interned stack, in its session's interner (`session`: an index into
+    `interners` per node). A lane's root has its spawning call's; a lane spawned
     where no call of its parent lane was open (a task that only handed work to a thread)
     has its parent lane's root's; the main lane's root the empty one."""
     up = forest.parent.copy()  # a spawned lane's root hangs from its spawning call
@@ -192,25 +228,30 @@ def _stacks(forest: Forest, interner: StackInterner) -> np.ndarray:
     for first, last, narrow in spans:
         nodes = order[first:last]
         if narrow:
-            _one_by_one(nodes, stack, up, forest, interner)
+            _one_by_one(nodes, stack, up, forest, interners, session)
         elif root[nodes[0]]:
             spawner = up[nodes]
             stack[nodes] = np.where(spawner >= 0, stack[np.maximum(spawner, 0)], 0)
         else:
             parents = stack[forest.parent[nodes]]
-            stack[nodes] = interner.lookup(parents, forest.function[nodes])
+            stack[nodes] = _intern(interners, session[nodes], parents, forest.function[nodes])
     return stack
 
 
 def _one_by_one(
-    nodes: np.ndarray, stack: np.ndarray, up: np.ndarray, forest: Forest, interner: StackInterner
+    nodes: np.ndarray,
+    stack: np.ndarray,
+    up: np.ndarray,
+    forest: Forest,
+    interners: Sequence[StackInterner],
+    session: np.ndarray,
 ) -> None:
     """Interns the stacks of a run of narrow levels in Python, node by node in level order
     (a node's parent or spawner comes first): a deep chain's one node per level costs a
     dict lookup, not a round of NumPy calls."""
     found: dict[int, int] = {}  # node -> stack, for this run
-    columns = (nodes, forest.parent[nodes], up[nodes], forest.function[nodes])
-    for node, parent, spawner, function in zip(*(c.tolist() for c in columns), strict=True):
+    columns = (nodes, forest.parent[nodes], up[nodes], forest.function[nodes], session[nodes])
+    for node, parent, spawner, function, s in zip(*(c.tolist() for c in columns), strict=True):
         if function == LANE_ROOT:
             below = spawner
             if below < 0:
@@ -219,7 +260,7 @@ def _one_by_one(
         else:
             below = parent
         under = found[below] if below in found else int(stack[below])
-        found[node] = under if function == LANE_ROOT else interner.child(under, function)
+        found[node] = under if function == LANE_ROOT else interners[s].child(under, function)
     stack[list(found)] = list(found.values())
 
 
@@ -246,24 +287,68 @@ class Summary:
     functions: Totals  # key: global function id; TOTAL counts outermost calls only
     nodes: dict[int, tuple[int, int]]  # stack id -> (parent stack id, function id), as stored
     shown: Callable[[int], str | None]  # stack id -> its name as shown, for the stacks here
+    function_names: dict[int, str]  # global function id -> name, for the functions here
 
 
-def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Summary:
-    """The forest's stored trees and totals; stacks new to the session are interned."""
-    unknown_before = interner.unknown
-    stack = _stacks(forest, interner)
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: Counter) -> Summary:
+    """The forest's stored trees and totals; stacks new to a session are interned in its
+    interner (`interners`: by session id). A storage group's requests of all its sessions
+    go together: the NumPy passes cost per group, not per session."""
+    number: dict[str, int] = {}
+    request_session = np.array(
+        [number.setdefault(r.session_id, len(number)) for r in forest.requests], dtype=np.int64
+    )
+    used = [interners[sid] for sid in number]
+    unknown_before = sum(i.unknown for i in used)
+    over_before = sum(i.over_names for i in used)
+    session = request_session[forest.owner()]
+    stack = _stacks(forest, used, session)
+    # the sessions' stacks side by side: a node's stack is its session's base + its index
+    columns = [i.columns() for i in used]
+    bases = np.cumsum([0, *(len(c.ids) for c in columns)])
+    function_bases = np.cumsum([0, *(len(c.functions) for c in columns)])
+    ids = _joined([c.ids for c in columns])
+    outermost = _joined([c.outermost for c in columns])
+    leaf = _joined([c.leaf + b for c, b in zip(columns, function_bases.tolist(), strict=False)])
+    functions = _joined([c.functions for c in columns])
     calls = np.flatnonzero(forest.function != LANE_ROOT)
     owner = forest.owner()[calls]
-    per_stack = Totals.grouped(owner, stack[calls], _node_values(forest, calls))
-    columns = interner.columns()
+    joined = stack[calls] + bases[session[calls]]
+    per_stack = Totals.grouped(owner, joined, _node_values(forest, calls))
     values = per_stack.values.copy()
-    values[TOTAL] *= columns.outermost[per_stack.key]  # recursion: count the outermost call
-    per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
-    per_function.key = columns.functions[per_function.key]
-    used = np.unique(per_stack.key).tolist()
-    nodes = {interner.ids[s]: interner.row(s) for s in used}
-    per_stack.key = columns.ids[per_stack.key]
-    if interner.unknown > unknown_before:
-        problems[P.UNKNOWN_FUNCTION] += interner.unknown - unknown_before
-    trees = stored_trees(forest, interner.names.__getitem__)
-    return Summary(trees, per_stack, per_function, nodes, interner.shown)
+    values[TOTAL] *= outermost[per_stack.key]  # recursion: count the outermost call
+    per_function = Totals.grouped(per_stack.owner, leaf[per_stack.key], values)
+    dense = np.unique(per_function.key)
+    of = np.searchsorted(function_bases, dense, side="right") - 1
+    function_names = {
+        used[s].functions[j]: used[s].function_names[j]
+        for s, j in zip(of.tolist(), (dense - function_bases[of]).tolist(), strict=True)
+    }
+    per_function.key = functions[per_function.key]
+    distinct = np.unique(per_stack.key)
+    of = np.searchsorted(bases, distinct, side="right") - 1
+    nodes: dict[int, tuple[int, int]] = {}
+    shown_by: dict[int, StackInterner] = {}
+    for s, local in zip(of.tolist(), (distinct - bases[of]).tolist(), strict=True):
+        sid = used[s].ids[local]
+        nodes[sid] = used[s].row(local)
+        shown_by[sid] = used[s]
+    per_stack.key = ids[per_stack.key]
+    unknown = sum(i.unknown for i in used) - unknown_before
+    if unknown:
+        problems[P.UNKNOWN_FUNCTION] += unknown
+    over = sum(i.over_names for i in used) - over_before
+    if over:
+        problems[P.UNKNOWN_FUNCTION_LIMIT] += over
+    names = [used[s].name for s in request_session.tolist()]
+    trees = stored_trees(forest, names)
+
+    def shown(sid: int) -> str | None:
+        interner = shown_by.get(sid)
+        return None if interner is None else interner.shown(sid)
+
+    return Summary(trees, per_stack, per_function, nodes, shown, function_names)

@@ -1,6 +1,7 @@
-"""Assembled requests of one session as one set of node columns (NumPy arrays), the form
-summaries work on. Each request's nodes are contiguous, in the order they were entered (a
-lane's root first); parents are node indices in the whole forest (-1: a lane's root)."""
+"""Assembled requests (of one session or of many) as one set of node columns (NumPy
+arrays), the form summaries work on. Each request's nodes are contiguous, in the order
+they were entered (a lane's root first); parents are node indices in the whole forest
+(-1: a lane's root)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class Forest:
     requests: list[RequestMeta]
     lanes: list[list[LaneTree]]  # per request; node indices local to the request
     offsets: np.ndarray  # first node of each request, then the node count
-    function: np.ndarray  # session function id; LANE_ROOT for a lane's root
+    function: np.ndarray  # its request's session's function id; LANE_ROOT for a lane's root
     parent: np.ndarray
     start: np.ndarray  # monotonic ns
     end: np.ndarray

@@ -1,5 +1,6 @@
-"""Assembles a session's finished requests: the well-nested ones together with NumPy
-(`nested`), the others one at a time on the general path that repairs (`builder`)."""
+"""Assembles finished requests, of one session or of many (a storage group's): the
+well-nested ones together with NumPy (`nested`), the others one at a time on the general
+path that repairs (`builder`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from profiler_server.assembly.nested import assemble_nested
 from profiler_server.assembly.pending import PendingRequest
 
 
-def assemble_all(session_id: str, pendings: list[PendingRequest], problems: Counter) -> Forest:
+def assemble_all(pendings: list[PendingRequest], problems: Counter) -> Forest:
     """One forest of all `pendings` (in no particular order), repairs counted in `problems`."""
-    nested, rest = assemble_nested(session_id, pendings, problems)
-    repaired = Forest.of_trees([assemble(session_id, p, problems, p.main_name) for p in rest])
+    nested, rest = assemble_nested(pendings, problems)
+    repaired = Forest.of_trees([assemble(p.session_id, p, problems, p.main_name) for p in rest])
     if nested is None:
         return repaired
     return Forest.concat([nested, repaired]) if rest else nested

@@ -1,4 +1,4 @@
-"""Assembles well-nested requests with NumPy, all of a session's finished requests at once.
+"""Assembles well-nested requests with NumPy, all finished requests of a group at once.
 
 Most requests are plain calls on one lane: every exit closes the innermost open call, call
 ids grow as calls are entered, times never go back and stay within the request. For those
@@ -121,7 +121,7 @@ def _pairs(ev: _Events, enter: np.ndarray, depth: np.ndarray) -> tuple[np.ndarra
     return key, np.argsort(key, kind="stable")
 
 
-def _forest(session_id: str, ev: _Events, problems: Counter) -> Forest | None:
+def _forest(ev: _Events, problems: Counter) -> Forest | None:
     """The trees of well-nested requests; None if some exit names another call than the
     one it would close (those requests then take the general path)."""
     enter, depth = _depths(ev)
@@ -165,7 +165,7 @@ def _forest(session_id: str, ev: _Events, problems: Counter) -> Forest | None:
     order = np.argsort(nodes[raised])
     outcome_node = nodes[raised][order]
     return Forest(
-        requests=[_meta(session_id, p) for p in ev.pendings],
+        requests=[_meta(p) for p in ev.pendings],
         lanes=[[LaneTree(MAIN_LANE, LaneKind.MAIN, p.main_name, 0)] for p in ev.pendings],
         offsets=offsets,
         function=function,
@@ -180,10 +180,10 @@ def _forest(session_id: str, ev: _Events, problems: Counter) -> Forest | None:
     )
 
 
-def _meta(session_id: str, p: PendingRequest) -> RequestMeta:
+def _meta(p: PendingRequest) -> RequestMeta:
     assert p.start_ns is not None and p.end_ns is not None
     return RequestMeta(
-        session_id=session_id,
+        session_id=p.session_id,
         request_id=p.request_id,
         route=p.route,
         method=p.method,
@@ -196,7 +196,7 @@ def _meta(session_id: str, p: PendingRequest) -> RequestMeta:
 
 
 def assemble_nested(
-    session_id: str, pendings: list[PendingRequest], problems: Counter
+    pendings: list[PendingRequest], problems: Counter
 ) -> tuple[Forest | None, list[PendingRequest]]:
     """The well-nested requests' forest (None if there are none), and the other requests."""
     candidates = [p for p in pendings if _plain(p)]
@@ -213,7 +213,7 @@ def assemble_nested(
     if not nested.any():
         return None, rest
     ev = ev.select(nested)
-    forest = _forest(session_id, ev, problems)
+    forest = _forest(ev, problems)
     if forest is None:  # rare: find the requests at fault, assemble the others
         enter, depth = _depths(ev)
         _, order = _pairs(ev, enter, depth)
@@ -223,5 +223,5 @@ def assemble_nested(
         rest += [p for p, bad in zip(ev.pendings, faulty.tolist(), strict=True) if bad]
         if faulty.all():
             return None, rest
-        forest = _forest(session_id, ev.select(~faulty), problems)
+        forest = _forest(ev.select(~faulty), problems)
     return forest, rest

@@ -8,8 +8,10 @@ from profiler_core.model import LaneKind
 from profiler_server.assembly.events import Run
 
 # An open request without events holds about 800 bytes (this object, its sets and dicts);
-# an event held about 25 (its columns in a run).
+# an event held about 25 (its columns in a run); a lane about 200 and its name.
 REQUEST_WEIGHT = 32
+EVENT_BYTES = 25
+LANE_WEIGHT = 8
 
 
 @dataclass(slots=True)
@@ -38,8 +40,10 @@ class PendingRequest:
     runs: list[tuple[int, Run]] = field(default_factory=list)  # (seq, run) in arrival order
     events: int = 0
     dropped_events: int = 0  # beyond the server's per-request cap
+    lane_weight: int = 0  # its lane records, in events (see weight)
     seqs: set[int] = field(default_factory=set)  # batches holding part of it
     touched: float = 0.0  # server monotonic seconds of the last update
+    session_id: str = ""  # its session's: a group's requests of many sessions assemble together
 
     @property
     def ended(self) -> bool:
@@ -47,9 +51,10 @@ class PendingRequest:
 
     @property
     def weight(self) -> int:
-        """Its share of --max-open-events: its events, and the request's own records as
-        the events they match in memory (so starts without events count too)."""
-        return self.events + REQUEST_WEIGHT
+        """Its share of --max-open-events: its events, and the request's own records and
+        lane records as the events they match in memory (so starts without events count
+        too, and so do lanes, names included)."""
+        return self.events + REQUEST_WEIGHT + self.lane_weight
 
     @property
     def main_name(self) -> str:

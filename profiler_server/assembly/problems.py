@@ -17,6 +17,8 @@ OUT_OF_ORDER_BATCH = "out_of_order_batch"  # arrived after a later seq
 GAP = "gap"  # a seq that never arrived within --gap-timeout
 # Events and requests
 UNKNOWN_FUNCTION = "unknown_function"
+# an undefined function id past a session's names (2 x --max-session-functions): one frame
+UNKNOWN_FUNCTION_LIMIT = "unknown_function_limit"
 EXIT_WITHOUT_ENTER = "exit_without_enter"
 EXIT_MISMATCH = "exit_mismatch"  # exit of another function than the call it closes
 MISSING_EXIT = "missing_exit"  # closed by the request's end or by an outer exit

@@ -16,7 +16,7 @@ from profiler_server.assembly import problems as P
 from profiler_server.assembly.events import MAX_NS, MalformedEvents, read_runs
 from profiler_server.assembly.finished import FinishedIds
 from profiler_server.assembly.flatten import StackInterner, stable_id
-from profiler_server.assembly.pending import LaneInfo, PendingRequest
+from profiler_server.assembly.pending import EVENT_BYTES, LANE_WEIGHT, LaneInfo, PendingRequest
 from profiler_server.assembly.text import storable
 
 # What the store can hold. A value beyond these would fail the whole storage transaction,
@@ -108,7 +108,8 @@ class Session:
         self.hello = hello
         self.limits = limits
         self.functions: dict[int, tuple[int, str]] = {}
-        self.interner = StackInterner(self.functions.get)
+        # names: the defined functions' and as many undefined ids' again
+        self.interner = StackInterner(self.functions.get, 2 * limits.max_session_functions)
         # in the order opened; an OrderedDict, as a dict's first key gets slow to find
         # after many deletions at the front (over --max-open-requests)
         self.pending: OrderedDict[int, PendingRequest] = OrderedDict()
@@ -153,15 +154,17 @@ class Session:
         for lane in batch.lanes:
             pending = self._pending(lane.request_id, seq, now, problems, applied)
             if pending is not None:
+                name = storable(lane.name, limit, problems) or f"lane {lane.lane_id}"
                 pending.lanes[lane.lane_id] = LaneInfo(
                     LaneKind(lane.kind)
                     if lane.kind in LaneKind._value2member_map_
                     else LaneKind.THREAD,
-                    storable(lane.name, limit, problems) or f"lane {lane.lane_id}",
+                    name,
                     lane.parent_lane,
                     lane.parent_call or None,
                     lane.start_ns or None,
                 )
+                pending.lane_weight += LANE_WEIGHT + len(name) // EVENT_BYTES
         for run in runs:
             count = len(run.kinds)
             applied.events += count
@@ -204,7 +207,7 @@ class Session:
                 return None
             if len(self.pending) >= self.limits.max_open_requests:
                 self._evict_oldest(applied)
-            pending = self.pending[request_id] = PendingRequest(request_id)
+            pending = self.pending[request_id] = PendingRequest(request_id, session_id=self.id)
         if seq not in pending.seqs:
             pending.seqs.add(seq)
             self.batch_refs.setdefault(seq, set()).add(request_id)

@@ -3,7 +3,7 @@ once: the per-node columns are encoded with NumPy, the few other fields by proto
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -20,7 +20,9 @@ _PARENT, _FUNCTION, _START, _DURATION, _SELF = (
 )
 
 
-def _local_functions(forest: Forest, name: Callable[[int], str]) -> tuple[np.ndarray, list]:
+def _local_functions(
+    forest: Forest, names_of: Sequence[Callable[[int], str]]
+) -> tuple[np.ndarray, list]:
     """Per node, its index in its request's `functions` (the request's functions by id,
     then its lanes' names); and those lists."""
     owner = forest.owner()
@@ -38,7 +40,9 @@ def _local_functions(forest: Forest, name: Callable[[int], str]) -> tuple[np.nda
     names = []
     taken = 0
     bases = forest.offsets.tolist()
-    for base, lanes, count in zip(bases, forest.lanes, counts.tolist(), strict=False):
+    for base, lanes, count, name in zip(
+        bases, forest.lanes, counts.tolist(), names_of, strict=False
+    ):
         functions = [name(f) for f in distinct[taken : taken + count]]
         taken += count
         for i, lane in enumerate(lanes):
@@ -82,10 +86,11 @@ def _head(
     return head.SerializeToString()
 
 
-def stored_trees(forest: Forest, name: Callable[[int], str]) -> list[bytes]:
-    """Every request's StoredTree, serialized; `name` gives a session function's name."""
+def stored_trees(forest: Forest, names_of: Sequence[Callable[[int], str]]) -> list[bytes]:
+    """Every request's StoredTree, serialized; `names_of[r]` gives the name of a function
+    of request r's session."""
     offsets = forest.offsets
-    local_function, names = _local_functions(forest, name)
+    local_function, names = _local_functions(forest, names_of)
     owner = forest.owner()
     parent = np.where(forest.parent >= 0, forest.parent - offsets[:-1][owner], -1)
     previous = np.empty(len(forest), dtype=np.int64)

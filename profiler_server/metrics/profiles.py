@@ -123,8 +123,8 @@ class ProfileMetrics(Collector):
         self.requests = RequestMetrics(self.services, self.routes)  # every request, sampled or not
         registry.register(self.requests)
 
-    def record(self, stored: StoredRequests, names: dict[int, str]) -> None:
-        """Adds stored requests; `names` maps function ids to `module:qualname`."""
+    def record(self, stored: StoredRequests) -> None:
+        """Adds stored requests."""
         with self._lock:
             routes, route_of = stored.regroup(self._labels_of)
             for row, r in zip(stored.rows, route_of.tolist(), strict=True):
@@ -133,7 +133,8 @@ class ProfileMetrics(Collector):
                 self._add_stack(*routes[r], sid, values, stored.shown)
             services, service_of = stored.regroup(lambda row: (self.services(row["service"]),))
             for s, fid, totals in stored.functions.regroup(service_of).rows():
-                self._add_function(services[s][0], self._function_label(fid, names), totals)
+                label = self._function_label(fid, stored.function_names)
+                self._add_function(services[s][0], label, totals)
             self._prune()
 
     def _labels_of(self, row: dict) -> tuple[str, str]:

@@ -36,6 +36,7 @@ class RequestMetrics(Collector):
         """Adds stored `route_minutes` rows (the increments of one storage group)."""
         with self._lock:
             for row in rows:
+                self.services.count(row[1], row[5])  # ranks the services (top-N)
                 service = self.services(row[1])
                 route = self.routes(service, row[2])
                 status = STATUS_CLASSES.get(row[4], "none")

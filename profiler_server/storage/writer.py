@@ -30,11 +30,18 @@ class StoredRequests:
     functions: Totals  # key: function id
     nodes: dict[int, tuple[int, int]]  # stack id -> (parent stack id, function id)
     shown: Callable[[int], str | None]  # stack id -> name as shown (None: not one of these)
+    function_names: dict[int, str] = field(default_factory=dict)  # function id -> name
 
     @classmethod
     def of(cls, rows: list[dict], summary: Summary) -> StoredRequests:
         return cls(
-            rows, summary.trees, summary.stacks, summary.functions, summary.nodes, summary.shown
+            rows,
+            summary.trees,
+            summary.stacks,
+            summary.functions,
+            summary.nodes,
+            summary.shown,
+            summary.function_names,
         )
 
     @classmethod
@@ -45,8 +52,10 @@ class StoredRequests:
     def concat(cls, parts: list[StoredRequests]) -> StoredRequests:
         offsets = np.cumsum([0, *(len(p) for p in parts)])[:-1].tolist()
         nodes: dict[int, tuple[int, int]] = {}
+        function_names: dict[int, str] = {}
         for p in parts:
             nodes.update(p.nodes)
+            function_names.update(p.function_names)
         return cls(
             [row for p in parts for row in p.rows],
             [tree for p in parts for tree in p.trees],
@@ -54,6 +63,7 @@ class StoredRequests:
             Totals.concat([p.functions for p in parts], offsets),
             nodes,
             _first_shown([p.shown for p in parts]),
+            function_names,
         )
 
     def __len__(self) -> int:
@@ -68,6 +78,7 @@ class StoredRequests:
             self.functions.select(mask),
             self.nodes,
             self.shown,
+            self.function_names,
         )
 
     def regroup(self, key: Callable[[dict], tuple]) -> tuple[list[tuple], np.ndarray]:

@@ -38,7 +38,6 @@ class Sessions:
         self.write_lock = write_lock
         self.live: dict[str, Session] = {}
         self.streams: dict[int, Session] = {}  # id(stream) -> session
-        self.names: dict[int, str] = {}  # function id -> name, for metrics
         self.release_later: list[tuple[str, int]] = []  # spool releases found by reset()
 
     def connected(self) -> list[str]:
@@ -115,7 +114,6 @@ class Sessions:
         if applied.evicted:
             self.finish_all(session, group, problems, P.OPEN_REQUEST_LIMIT, applied.evicted)
         for f in applied.functions:
-            self.names[f.function_id] = f.name
             group.ws.functions.append(
                 {
                     "id": f.function_id,
@@ -150,7 +148,6 @@ class Sessions:
         """Rebuilds a session another stream or server left: functions, seen seqs, open requests."""
         for fid, gid, name in record.functions:
             session.functions[fid] = (gid, name)
-            self.names[gid] = name
         session.seqs = SeqTracker(max(record.seqs, default=0))
         replay_problems: Counter = Counter()  # counted when first received
         for seq, raw in record.payloads:
@@ -211,32 +208,44 @@ class Sessions:
 
     # --- finishing requests ----------------------------------------------------------------
     def finish(
-        self, session: Session, pendings: list[PendingRequest], group: Group, problems: Counter
+        self,
+        finishing: list[tuple[Session, list[PendingRequest]]],
+        group: Group,
+        problems: Counter,
     ) -> None:
-        group.sessions[session.id] = session
-        forest = assemble_all(session.id, pendings, problems)
-        summary = summarize(forest, session.interner, problems)
-        hello = session.hello
-        rows = [
-            {
-                "id": request.key,
-                "session_id": session.id,
-                "service": session.service,
-                "route": request.route or "(none)",
-                "method": request.method,
-                "status": request.status,
-                "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
-                "duration_ns": request.end - request.start,
-                "truncated": request.truncated,
-                "calls": calls,
-                "events": request.events,
-            }
-            for request, calls in zip(forest.requests, forest.calls(), strict=True)
-        ]
+        """Stores the requests of all `finishing` sessions as one forest: assembling and
+        summarizing cost per group, not per session (a fleet sends one request a batch)."""
+        sessions = {session.id: session for session, _ in finishing}
+        group.sessions.update(sessions)
+        pendings = [p for _, ps in finishing for p in ps]
+        forest = assemble_all(pendings, problems)
+        summary = summarize(
+            forest, {sid: session.interner for sid, session in sessions.items()}, problems
+        )
+        rows = []
+        for request, calls in zip(forest.requests, forest.calls(), strict=True):
+            session = sessions[request.session_id]
+            hello = session.hello
+            rows.append(
+                {
+                    "id": request.key,
+                    "session_id": session.id,
+                    "service": session.service,
+                    "route": request.route or "(none)",
+                    "method": request.method,
+                    "status": request.status,
+                    "start_ns": hello.wall_ns + (request.start - hello.monotonic_ns),
+                    "duration_ns": request.end - request.start,
+                    "truncated": request.truncated,
+                    "calls": calls,
+                    "events": request.events,
+                }
+            )
         group.ws.requests.append(StoredRequests.of(rows, summary))
-        for pending in pendings:
-            released = session.finish(pending)
-            group.ws.release.extend((session.id, seq) for seq in released)
+        for session, session_pendings in finishing:
+            for pending in session_pendings:
+                released = session.finish(pending)
+                group.ws.release.extend((session.id, seq) for seq in released)
 
     def finish_all(
         self,
@@ -251,7 +260,7 @@ class Sessions:
             problems[reason] += 1
             pending.host_truncated = True
         if pendings:
-            self.finish(session, pendings, group, problems)
+            self.finish([(session, pendings)], group, problems)
 
     # --- sessions no stream holds ------------------------------------------------------------
     def reap(self, group: Group, now: float, problems: Counter, stale_before: float) -> None:
@@ -259,8 +268,8 @@ class Sessions:
         try:
             orphans = recovery.orphaned_sessions(self.engine, stale_before)
             for sid in orphans:
-                if sid in self.live:
-                    continue
+                if sid in self.live or sid in group.sessions:
+                    continue  # held, or finished in this very transaction (not yet stored)
                 with self.write_lock:
                     claimed = recovery.claim(self.engine, sid, self.owner, stale_before)
                 if not claimed:
