@@ -25,7 +25,7 @@ from sqlalchemy import (
 from profiler_core.stacks import SEPARATOR
 from profiler_server.assembly.flatten import stable_id
 from profiler_server.assembly.stacktree import EMPTY_ID, stack_id
-from profiler_server.storage import schema
+from profiler_server.storage import route_rollup, schema
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +118,20 @@ def _v4(conn: Connection) -> None:
     schema.route_minutes.create(conn, checkfirst=True)
 
 
+def _v5(conn: Connection) -> None:
+    """Route counts per hour (schema.route_hours), summed from the minutes stored so far."""
+    schema.route_hours.create(conn, checkfirst=True)
+    m, h = schema.route_minutes, schema.route_hours
+    hour = m.c.minute - m.c.minute % route_rollup.HOUR
+    key = (hour, m.c.service, m.c.route, m.c.status_class)
+    sums = [func.sum(m.c[c.name]) for c in h.columns if not c.primary_key]
+    conn.execute(
+        insert(h).from_select([c.name for c in h.columns], select(*key, *sums).group_by(*key))
+    )
+
+
 # Append a function for each schema change; never edit a released one.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 LATEST = len(MIGRATIONS)
 
 
