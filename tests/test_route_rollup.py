@@ -1,12 +1,11 @@
-"""The hourly rollup of route counts (route_hours): every range answers the same from
-minutes only as from whole hours plus ragged minutes, on both backends, after ingest writes,
-a migration from version 4, and retention."""
+"""The rolled-up route counts (route_rollups: days, hours, ten minutes): every range answers
+the same from minutes only as from whole spans plus ragged minutes, on both backends, after
+ingest writes, a migration from version 4, and retention."""
 
 from __future__ import annotations
 
 import random
 
-import pytest
 from sqlalchemy import Engine, func, select
 
 from profiler_core.latency import BUCKETS
@@ -17,8 +16,9 @@ from profiler_server.storage.retention import delete_expired
 from profiler_server.storage.route_stats import route_stats
 from profiler_server.storage.writer import Writer, WriteSet
 
-START = 483_334 * 60 + 17  # an epoch minute 17 minutes into an hour
-SPAN = 5 * 60  # minutes of data: five hours and some, over six clock hours
+MIDNIGHT = 20_001 * route_rollup.DAY  # an epoch minute starting a day
+START = MIDNIGHT - 183  # 3 hours 3 minutes before
+SPAN = route_rollup.DAY + 400  # minutes of data: a whole day and ragged parts of two others
 
 
 def minute_rows(seed: int) -> list[tuple]:
@@ -55,11 +55,12 @@ def stored(url: str, batches: int = 3) -> Engine:
 
 
 RANGES = [
-    (START, START + SPAN - 1),  # ragged at both ends
-    (START - 17, START + 43 + 2 * 60 - 1),  # whole hours only
-    (START + 3, START + 40),  # inside one hour
-    (START + 43, START + 43 + 59),  # exactly one hour
-    (START + 50, START + 43 + 61),  # across one hour boundary, no whole hour
+    (START, START + SPAN - 1),  # ragged at both ends, a whole day inside
+    (MIDNIGHT, MIDNIGHT + route_rollup.DAY - 1),  # exactly one day
+    (MIDNIGHT - 120, MIDNIGHT + 179),  # whole hours only
+    (MIDNIGHT - 57, MIDNIGHT + 2 * 60 + 33),  # hours, ten minutes and minutes
+    (MIDNIGHT + 3, MIDNIGHT + 8),  # inside ten minutes
+    (MIDNIGHT + 50, MIDNIGHT + 61),  # across an hour's start, no whole hour
     (START - 500, START + SPAN + 500),  # beyond the data on both sides
 ]
 
@@ -83,26 +84,30 @@ def assert_same_answers(engine: Engine) -> None:
             assert answer(engine, first, last, True, **filters) == minutes, (first, last)
 
 
-def test_the_split_covers_the_range_once() -> None:
-    for first in range(START - 130, START + 130, 7):
-        for last in range(first, first + 200, 11):
-            hours, ends = route_rollup.split(first, last)
-            covered = [m for a, b in ends for m in range(a, b)]
-            if hours is not None:
-                assert hours[0] % 60 == 0 and hours[1] % 60 == 0 and hours[0] < hours[1]
-                covered += range(*hours)
-            assert sorted(covered) == list(range(first, last + 1))
-            # no clock hour lies whole in the minutes read
-            assert all(-(-a // 60) * 60 + 60 > b for a, b in ends)
+def test_the_split_covers_the_range_once_with_the_coarsest_spans() -> None:
+    for first in range(MIDNIGHT - 1500, MIDNIGHT + 200, 37):
+        for end in range(first, first + 3000, 41):
+            pieces = route_rollup.split(first, end)
+            covered = [m for _, a, b in pieces for m in range(a, b)]
+            assert covered == list(range(first, end))  # once each, in order
+            for span, a, b in pieces:
+                assert a % span == 0 and b % span == 0 and a < b
+                for coarser in (s for s in route_rollup.SPANS if s > span):
+                    assert -(-a // coarser) * coarser + coarser > b  # none fitted in
 
 
 def test_minute_and_rollup_answers_are_identical(db_url) -> None:
     engine = stored(db_url)
     try:
         with engine.connect() as conn:
-            minutes = conn.execute(select(func.count()).select_from(schema.route_minutes))
-            hours = conn.execute(select(func.count()).select_from(schema.route_hours))
-            assert hours.scalar() < minutes.scalar() / 30
+            spans = dict(
+                conn.execute(
+                    select(schema.route_rollups.c.span, func.count()).group_by(
+                        schema.route_rollups.c.span
+                    )
+                ).all()
+            )
+        assert set(spans) == set(route_rollup.SPANS)  # every span is read in RANGES[0]
         stats = answer(engine, *RANGES[0], True)
         assert len(stats) == 3
         assert [s.requests for s in stats] == sorted((s.requests for s in stats), reverse=True)
@@ -113,15 +118,15 @@ def test_minute_and_rollup_answers_are_identical(db_url) -> None:
         engine.dispose()
 
 
-def test_retention_cuts_both_tables_at_the_same_hour(db_url) -> None:
+def test_retention_cuts_both_tables_at_the_same_day(db_url) -> None:
     engine = stored(db_url)
     try:
-        cutoff = START + 43 + 60 + 25  # 25 minutes into the third clock hour
+        cutoff = MIDNIGHT + route_rollup.DAY + 30  # half an hour into the last day
         while delete_expired(engine, cutoff * NS_PER_MINUTE, 0.0):
             pass
-        kept = START + 43 + 60  # that hour's start: no hour is partly expired
+        kept = MIDNIGHT + route_rollup.DAY  # that day's start: no span is partly expired
         with engine.connect() as conn:
-            for table in (schema.route_minutes, schema.route_hours):
+            for table in (schema.route_minutes, schema.route_rollups):
                 assert conn.execute(select(func.min(table.c.minute))).scalar() == kept
         assert_same_answers(engine)
     finally:
@@ -134,7 +139,7 @@ def test_version_5_sums_the_minutes_a_version_4_database_holds(db_url) -> None:
         with engine.begin() as conn:
             for migrate in migrations.MIGRATIONS[:4]:
                 migrate(conn)
-            schema.route_hours.drop(conn)  # v1's create_all makes today's tables
+            schema.route_rollups.drop(conn)  # v1's create_all makes today's tables
             conn.execute(schema.schema_version.insert().values(version=4))
             conn.execute(
                 schema.route_minutes.insert(),
@@ -143,19 +148,23 @@ def test_version_5_sums_the_minutes_a_version_4_database_holds(db_url) -> None:
         assert migrations.upgrade(engine) == 4
         with engine.connect() as conn:
             assert migrations.current_version(conn) == migrations.LATEST
-            hours = sorted(tuple(r) for r in conn.execute(select(schema.route_hours)))
-        assert hours == route_rollup.hour_rows(minute_rows(2))
+            rollups = sorted(tuple(r) for r in conn.execute(select(schema.route_rollups)))
+        assert rollups == route_rollup.rollup_rows(minute_rows(2))
         assert_same_answers(engine)
     finally:
         engine.dispose()
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_hour_rows_sum_over_methods(seed: int) -> None:
-    rows = minute_rows(seed)
-    hours = route_rollup.hour_rows(rows)
-    assert {len(r) for r in hours} == {len(schema.route_hours.c)}
-    assert sum(r[4] for r in hours) == sum(r[5] for r in rows)
-    for hour in hours[:20]:
-        parts = [r for r in rows if r[0] - r[0] % 60 == hour[0] and (r[1], r[2], r[4]) == hour[1:4]]
-        assert list(hour[4:]) == [sum(col) for col in zip(*(r[5:] for r in parts), strict=True)]
+def test_rollup_rows_sum_over_methods_per_span() -> None:
+    rows = minute_rows(3)
+    rollups = route_rollup.rollup_rows(rows)
+    assert {len(r) for r in rollups} == {len(schema.route_rollups.c)}
+    for span in route_rollup.SPANS:
+        assert sum(r[5] for r in rollups if r[0] == span) == sum(r[5] for r in rows)
+    for span, start, service, route, status_class, *values in rollups[::97]:
+        parts = [
+            r[5:]
+            for r in rows
+            if start <= r[0] < start + span and (r[1], r[2], r[4]) == (service, route, status_class)
+        ]
+        assert values == [sum(column) for column in zip(*parts, strict=True)]

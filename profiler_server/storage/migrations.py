@@ -18,6 +18,7 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    literal,
     select,
     text,
 )
@@ -119,15 +120,16 @@ def _v4(conn: Connection) -> None:
 
 
 def _v5(conn: Connection) -> None:
-    """Route counts per hour (schema.route_hours), summed from the minutes stored so far."""
-    schema.route_hours.create(conn, checkfirst=True)
-    m, h = schema.route_minutes, schema.route_hours
-    hour = m.c.minute - m.c.minute % route_rollup.HOUR
-    key = (hour, m.c.service, m.c.route, m.c.status_class)
-    sums = [func.sum(m.c[c.name]) for c in h.columns if not c.primary_key]
-    conn.execute(
-        insert(h).from_select([c.name for c in h.columns], select(*key, *sums).group_by(*key))
-    )
+    """Route counts per day, hour and ten minutes (schema.route_rollups), summed from the
+    minutes stored so far."""
+    schema.route_rollups.create(conn, checkfirst=True)
+    m, r = schema.route_minutes, schema.route_rollups
+    sums = [func.sum(m.c[c.name]) for c in r.columns if not c.primary_key]
+    for span in route_rollup.SPANS:
+        start = m.c.minute - m.c.minute % span
+        key = (start, m.c.service, m.c.route, m.c.status_class)
+        rows = select(literal(span), *key, *sums).group_by(*key)
+        conn.execute(insert(r).from_select([c.name for c in r.columns], rows))
 
 
 # Append a function for each schema change; never edit a released one.

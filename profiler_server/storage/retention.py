@@ -30,12 +30,12 @@ def delete_expired(engine: Engine, cutoff_ns: int, dedup_cutoff: float) -> int:
                 (schema.requests, schema.requests.c.id),
             ):
                 deleted += conn.execute(delete(table).where(column.in_(ids))).rowcount
-        hour = route_rollup.expired_before(minute)
+        day = route_rollup.expired_before(minute)
         for table, before in (
             (schema.stack_buckets, minute),
             (schema.function_buckets, minute),
-            (schema.route_minutes, hour),
-            (schema.route_hours, hour),
+            (schema.route_minutes, day),
+            (schema.route_rollups, day),
         ):
             keys = select(table.c.minute).where(table.c.minute < before).limit(1)
             if conn.execute(keys).first() is not None:

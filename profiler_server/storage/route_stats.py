@@ -1,7 +1,7 @@
 """Per service and route over a time range, from every request the hosts counted
 (`route_minutes`) and the requests sampled among them (`requests`): the read side of
 `GET /api/routes`. Two statements, whole minutes, as the other aggregates; a range's whole
-hours are read from `route_hours` (storage.route_rollup)."""
+days, hours and ten minutes are read from `route_rollups` (storage.route_rollup)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def route_stats(
 ) -> tuple[list[RouteStats], int, int]:
     """The routes with the most requests first, and the range's first and last minute
     (the earliest counted one when `since_ns` is None; the current one when `until_ns` is).
-    `rollup=False` reads minutes only: the reference the hourly answer is tested against."""
+    `rollup=False` reads minutes only: the reference the rolled-up answer is tested against."""
     m = schema.route_minutes
     with engine.connect() as conn:
         first = (
@@ -54,23 +54,25 @@ def route_stats(
         last = (until_ns if until_ns is not None else time.time_ns()) // NS_PER_MINUTE
         if first is None:
             return [], last, last
-        hours, ends = route_rollup.split(first, last) if rollup else (None, [(first, last + 1)])
-        parts = [_counts(m, service, route, a, b) for a, b in ends]
-        if hours is not None:
-            parts.append(_counts(schema.route_hours, service, route, *hours))
-        both = union_all(*parts).subquery() if len(parts) > 1 else parts[0].subquery()
-        total = func.sum(both.c.requests)
+        if first > last:
+            return [], first, last
+        spans = route_rollup.SPANS if rollup else ()
+        parts = [
+            _counts(service, route, *piece) for piece in route_rollup.split(first, last + 1, spans)
+        ]
+        pieces = union_all(*parts).subquery() if len(parts) > 1 else parts[0].subquery()
+        total = func.sum(pieces.c.requests)
         counted = conn.execute(
             select(
-                both.c.service,
-                both.c.route,
+                pieces.c.service,
+                pieces.c.route,
                 total,
-                func.sum(both.c.errors),
-                func.sum(both.c.duration_ns),
-                *(func.sum(both.c[name]) for name in schema.ROUTE_MINUTE_BUCKETS),
+                func.sum(pieces.c.errors),
+                func.sum(pieces.c.duration_ns),
+                *(func.sum(pieces.c[name]) for name in schema.ROUTE_MINUTE_BUCKETS),
             )
-            .group_by(both.c.service, both.c.route)
-            .order_by(total.desc(), both.c.service, both.c.route)
+            .group_by(pieces.c.service, pieces.c.route)
+            .order_by(total.desc(), pieces.c.service, pieces.c.route)
             .limit(limit)
         ).all()
         sampled = _sampled(conn, [(row[0], row[1]) for row in counted], first, last)
@@ -101,8 +103,14 @@ def _filters(table: Table, service: str | None, route: str | None) -> list:
     return conditions
 
 
-def _counts(table: Table, service: str | None, route: str | None, start: int, end: int) -> Select:
-    """`table`'s rows in the minutes start..end-1 summed per service and route."""
+def _counts(service: str | None, route: str | None, span: int, start: int, end: int) -> Select:
+    """The counts of the minutes start..end-1 summed per service and route, from
+    `route_minutes` (span MINUTE) or that span's `route_rollups` rows."""
+    if span == route_rollup.MINUTE:
+        table, conditions = schema.route_minutes, []
+    else:
+        table = schema.route_rollups
+        conditions = [table.c.span == span]
     return (
         select(
             table.c.service,
@@ -112,7 +120,12 @@ def _counts(table: Table, service: str | None, route: str | None, start: int, en
             func.sum(table.c.duration_ns).label("duration_ns"),
             *(func.sum(table.c[name]).label(name) for name in schema.ROUTE_MINUTE_BUCKETS),
         )
-        .where(*_filters(table, service, route), table.c.minute >= start, table.c.minute < end)
+        .where(
+            *conditions,
+            *_filters(table, service, route),
+            table.c.minute >= start,
+            table.c.minute < end,
+        )
         .group_by(table.c.service, table.c.route)
     )
 

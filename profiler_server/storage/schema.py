@@ -173,13 +173,15 @@ route_minutes = Table(
     *(Column(name, BigInteger, nullable=False) for name in ROUTE_MINUTE_BUCKETS),
 )
 
-# The same counts summed per hour (schema version 5, kept by the writer in the transaction
-# that adds to route_minutes): a range's whole hours are read here, its ragged ends from
-# route_minutes (storage.route_rollup). `minute` is the hour's first minute, so both tables
-# are read and expired alike; `method` is not kept (the overview sums over it).
-route_hours = Table(
-    "route_hours",
+# The same counts summed per day, hour and ten minutes (schema version 5, kept by the writer
+# in the transaction that adds to route_minutes): a range's whole spans are read here, the
+# minutes left at its ends from route_minutes (storage.route_rollup). `minute` is the span's
+# first minute, so both tables are read and expired alike; `method` is not kept (the
+# overview sums over it).
+route_rollups = Table(
+    "route_rollups",
     metadata,
+    Column("span", Integer, primary_key=True),  # minutes
     Column("minute", BigInteger, primary_key=True),
     Column("service", String(200), primary_key=True),
     Column("route", String(500), primary_key=True),

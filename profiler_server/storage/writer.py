@@ -145,7 +145,7 @@ _STACK_COLUMNS = tuple(schema.stack_nodes.c.keys())
 _STACK_BUCKET_COLUMNS = tuple(schema.stack_buckets.c.keys())
 _FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
 _ROUTE_MINUTE_COLUMNS = tuple(schema.route_minutes.c.keys())
-_ROUTE_HOUR_COLUMNS = tuple(schema.route_hours.c.keys())
+_ROUTE_ROLLUP_COLUMNS = tuple(schema.route_rollups.c.keys())
 
 
 @cache
@@ -309,8 +309,8 @@ class Writer:
             if ws.route_minutes:
                 bulk = _BULK[conn.dialect.name]
                 bulk.upsert(conn, schema.route_minutes, _ROUTE_MINUTE_COLUMNS, ws.route_minutes)
-                hours = route_rollup.hour_rows(ws.route_minutes)
-                bulk.upsert(conn, schema.route_hours, _ROUTE_HOUR_COLUMNS, hours)
+                rollups = route_rollup.rollup_rows(ws.route_minutes)
+                bulk.upsert(conn, schema.route_rollups, _ROUTE_ROLLUP_COLUMNS, rollups)
             if ws.requests:
                 stored, new_stacks = self._insert_requests(conn, ws.requests)
         self._remember(self._known_functions, new_functions)
