@@ -1,6 +1,6 @@
 """The routes overview (`GET /api/routes`) over a week of per-minute counts of 500 routes,
 as the UI's landing page asks for it with its 7-day preset. The counts are written through
-the server's own writer (so `route_hours` is kept as ingest keeps it), then read over HTTP;
+the server's own writer (so `route_rollups` is kept as ingest keeps it), then read over HTTP;
 the same query reading minutes only, timed in this process, is the baseline of the ratio."""
 
 from __future__ import annotations
@@ -105,6 +105,6 @@ def report(f: dict) -> None:
         f"({f['route_minute_rows']:,} route-minute rows, written in {f['fill_seconds']} s): "
         f"GET /api/routes median {http['median_ms']} ms (cold {http['cold_ms']}, "
         f"n={http['repeat']}), {verdict} < {GOAL_MS:.0f} ms; in process: minutes only "
-        f"{inner['minutes_only']['median_ms']} ms, with route_hours "
+        f"{inner['minutes_only']['median_ms']} ms, with route_rollups "
         f"{inner['rollup']['median_ms']} ms ({f['rollup_speedup']}x)"
     )

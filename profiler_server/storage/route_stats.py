@@ -104,29 +104,25 @@ def _filters(table: Table, service: str | None, route: str | None) -> list:
 
 
 def _counts(service: str | None, route: str | None, span: int, start: int, end: int) -> Select:
-    """The counts of the minutes start..end-1 summed per service and route, from
-    `route_minutes` (span MINUTE) or that span's `route_rollups` rows."""
+    """The count rows of the minutes start..end-1, from `route_minutes` (span MINUTE) or
+    that span's `route_rollups` rows (summed once, over every piece, by the caller)."""
     if span == route_rollup.MINUTE:
         table, conditions = schema.route_minutes, []
     else:
         table = schema.route_rollups
         conditions = [table.c.span == span]
-    return (
-        select(
-            table.c.service,
-            table.c.route,
-            func.sum(table.c.requests).label("requests"),
-            func.sum(case((table.c.status_class == 5, table.c.requests), else_=0)).label("errors"),
-            func.sum(table.c.duration_ns).label("duration_ns"),
-            *(func.sum(table.c[name]).label(name) for name in schema.ROUTE_MINUTE_BUCKETS),
-        )
-        .where(
-            *conditions,
-            *_filters(table, service, route),
-            table.c.minute >= start,
-            table.c.minute < end,
-        )
-        .group_by(table.c.service, table.c.route)
+    return select(
+        table.c.service,
+        table.c.route,
+        table.c.requests,
+        case((table.c.status_class == 5, table.c.requests), else_=0).label("errors"),
+        table.c.duration_ns,
+        *(table.c[name] for name in schema.ROUTE_MINUTE_BUCKETS),
+    ).where(
+        *conditions,
+        *_filters(table, service, route),
+        table.c.minute >= start,
+        table.c.minute < end,
     )
 
 
