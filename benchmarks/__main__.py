@@ -91,9 +91,13 @@ def _parser() -> argparse.ArgumentParser:
     load_options(p, 300.0)
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the start RSS")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between RSS samples")
-    p = sub.add_parser("queries", help="API latency: one 10k-call request, flame graph of 100k")
+    p = sub.add_parser(
+        "queries", help="API latency: a 10k-call request, flame graph of 100k, routes overview"
+    )
     p.add_argument("--db", choices=DBS, default="sqlite")
     p.add_argument("--requests", type=int, default=100_000, help="stored small requests")
+    p.add_argument("--routes", type=int, default=500, help="routes in the routes overview")
+    p.add_argument("--days", type=int, default=7, help="days of per-minute route counts")
     p = sub.add_parser(
         "host-calls", help="ns added per instrumented call: gate closed/open, sampled"
     )
@@ -225,7 +229,7 @@ def _run(args: argparse.Namespace) -> None:
             args.interval,
         )
     elif args.benchmark == "queries":
-        queries.run(args.db, args.requests)
+        queries.run(args.db, args.requests, args.routes, args.days)
     elif args.benchmark == "host-calls":
         host_calls.run(args.rounds, args.calls)
     elif args.benchmark == "host-calls-versions":

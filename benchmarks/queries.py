@@ -1,6 +1,7 @@
 """Read latency through the HTTP API: one stored request of 10,000 calls, and the folded
 flame graph over 100,000 stored requests spread over a day (so over ~1,440 minute buckets
-and several routes, as a real day of traffic would be)."""
+and several routes, as a real day of traffic would be); then, on a database of its own, the
+routes overview over 7 days of per-minute counts of 500 routes (benchmarks.routes_overview)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import httpx
 from sqlalchemy import create_engine, func, select
 
-from benchmarks import ingest, results
+from benchmarks import ingest, results, routes_overview
 from benchmarks.load import ROUTES, Feed, Load, build_feed, serialize
 from benchmarks.server import ServerProcess, fresh_database
 from profiler_core.wire.builder import BatchBuilder
@@ -128,7 +129,7 @@ def _table_counts(url: str) -> dict:
         engine.dispose()
 
 
-def run(db: str, total: int) -> dict:
+def run(db: str, total: int, routes: int, days: int) -> dict:
     started = time.perf_counter()
     small = spread_feeds(total, STREAMS)
     big = build_feed(BIG, 1, 1)
@@ -170,6 +171,8 @@ def run(db: str, total: int) -> dict:
             client, server.target, f"/api/requests/{big_id}", 20
         )
     figures["server_exit_code"] = server.returncode
+    with fresh_database(db) as url:
+        figures["routes_overview"] = routes_overview.run(url, routes, days, _timings)
     report(figures)
     print(f"saved {results.save(f'queries-{db}', figures)}")
     return figures
@@ -210,3 +213,4 @@ def report(f: dict) -> None:
     )
     background = f["timings"]["request_under_ingest"]["background_events_per_second"]
     print(f"request_under_ingest: read while the ingest load ran at {background:,} events/s")
+    routes_overview.report(f["routes_overview"])

@@ -25,7 +25,7 @@ TINY = {
     "depth": ["--rounds", "1", "--events", "2000", "--depths", "200", "--widths", "1000"],
     "fleet": ["--streams", "20", "--seconds", "3", "--warmup", "1", "--rate", "0"],
     "memory": ["--seconds", "2", "--batches", "5", "--warmup", "1", "--interval", "0.5"],
-    "queries": ["--requests", "200"],
+    "queries": ["--requests", "200", "--routes", "3", "--days", "1"],
     "host-calls": ["--rounds", "1", "--calls", "2000"],
     "host-unsampled": ["--rounds", "1", "--requests", "200"],
     "host-calls-versions": ["--rounds", "1", "--calls", "2000", "--instruction-calls", "0"],

@@ -15,8 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from profiler_core.latency import BUCKETS, bucket
+from profiler_core.wire import ingest_pb2
+from profiler_core.wire.builder import BatchBuilder
 from profiler_server.demo import traffic
-from tests.helpers import metric_value
+from profiler_server.loadgen import HostStream, hello
+from tests.helpers import eventually, metric_value
 from tests.processes import UVICORN, ServerProcess, serve_profiled
 from tests.prometheus_server import Prometheus, running_prometheus
 
@@ -84,8 +88,14 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         app = serve_profiled(server, tmp_path, SERVICE, *UVICORN)
         try:
             statuses = traffic.drive(app.url, traffic.STARLETTE, rounds=3)
+            # the counts of every request go out every few seconds (uvicorn ends on SIGTERM
+            # without a last report)
+            assert eventually(
+                lambda: metric_value(server.http, "profiler_requests_total", service=SERVICE),
+                timeout=30,
+            )
         finally:
-            app.stop(grace=15)  # the host flushes at exit
+            app.stop(grace=15)  # the host flushes its sampled requests at exit
         assert set(statuses) <= {"200", "201", "409"}, statuses
         yield server
     finally:
@@ -141,6 +151,55 @@ def test_every_dashboard_query_runs_on_real_data(filled: ServerProcess, tmp_path
         longest = {r["metric"]["function"]: float(r["value"][1]) for r in prom.query(hogs)}
         # the loop hog of /block?ms=40 shows in the "blocking the event loop" panel
         assert longest["profiling_target.delays:crunch_numbers"] >= 0.035
+
+        # every request counted: a host reports requests of a route while Prometheus scrapes
+        # (the app's counts stopped before it started, so their rates are 0): a first report
+        # makes the series, a second one adds 100 requests, 10 of them 5xx
+        report_counts(filled.target, [(2, [0.01]), (5, [0.2])])
+        checked = f'profiler_requests_total{{route="{CHECKED}"}}'
+        assert prom.wait_for(lambda: prom.scalar(f"sum({checked})") == 2), prom.log_text()
+        report_counts(filled.target, [(2, [0.01] * 90), (5, [0.2] * 10)])
+        panels = {title: target["expr"] for title, target in targets("prometheus")}
+
+        def per_route(title: str) -> dict[str, float]:
+            found = prom.query(substitute(panels[title], VARIABLES))
+            return {r["metric"]["route"]: float(r["value"][1]) for r in found}
+
+        assert prom.wait_for(
+            lambda: per_route("Requests per second (all requests)").get(CHECKED, 0) > 0
+        ), prom.log_text()
+        # rate() extrapolates each series from its first sample: near, not exactly, 10 %
+        assert per_route("Error rate (5xx, all requests)")[CHECKED] == pytest.approx(0.1, rel=0.2)
+        assert 0.1 < per_route("p95 of all requests")[CHECKED] <= 0.4  # bounds double
+
+
+CHECKED = "/deploy-check"
+
+
+def report_counts(target: str, counts: list[tuple[int, list[float]]]) -> None:
+    """What a host reports of route CHECKED: per status class, the requests' durations (s)."""
+    routes = []
+    for status_class, durations in counts:
+        buckets = [0] * BUCKETS
+        for d in durations:
+            buckets[bucket(int(d * 1e9))] += 1
+        routes.append(
+            ingest_pb2.RouteCount(
+                route=CHECKED,
+                method="GET",
+                status_class=status_class,
+                count=len(durations),
+                duration_ns_sum=int(sum(durations) * 1e9),
+                buckets=buckets,
+            )
+        )
+    stream = HostStream(target)
+    stream.send_hello(hello(SERVICE))
+    builder = BatchBuilder()
+    builder.route_counts(ingest_pb2.RouteCounts(wall_ns=time.time_ns(), routes=routes))
+    stream.send_batch(builder.build(1))
+    assert stream.wait_acked({1})
+    stream.close()
 
 
 def test_dashboard_flame_graph_panel_reads_the_servers_frame(filled: ServerProcess) -> None:

@@ -1,5 +1,6 @@
 """The web UI in a real headless Chromium against a server filled by the Starlette sample app
-under `profiler-host run` (as two services): the list, the slowest request's timeline,
+under `profiler-host run` (as two services): the routes overview, the list, the slowest
+request's timeline,
 zoom, the flame graph and its search, lanes of a fan-out, the range comparison, the time
 range kept in the URL, paging, the histogram, the time axis, boxes that never overlap.
 Screenshots go to test-artifacts/ui/."""
@@ -38,6 +39,14 @@ def served(server: ServerProcess) -> list[dict]:
     return [r for r in stored_requests(server.http) if r["route"] != "/health"]
 
 
+def counted(server: ServerProcess, service: str) -> int:
+    """The requests of `service` its host has reported counts of (sent every few seconds;
+    uvicorn ends on SIGTERM without a last report), /health's left out."""
+    since = f"{time.time() - 3600:.0f}"
+    routes = httpx.get(f"{server.http}/api/routes", params={"service": service, "since": since})
+    return sum(r["requests"] for r in routes.json()["routes"] if r["route"] != "/health")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("ui")
@@ -50,6 +59,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             assert httpx.get(app.url + REFUSED, timeout=30).status_code == 400
             stored = eventually(lambda: len(served(server)) == STORED - 1, timeout=30)
             assert stored, [(r["route"], r["status"]) for r in served(server)]
+            assert eventually(lambda: counted(server, "shop-async") == len(PATHS) + 1, timeout=30)
         finally:
             app.stop(grace=15)
         second = serve_profiled(server, tmp, SECOND, *UVICORN)
@@ -57,6 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             assert httpx.get(second.url + SECOND_PATH, timeout=30).status_code == 200
             stored = eventually(lambda: len(served(server)) == STORED, timeout=30)
             assert stored, [(r["service"], r["route"]) for r in served(server)]
+            assert eventually(lambda: counted(server, SECOND) == 1, timeout=30)
         finally:
             second.stop(grace=15)
         yield server
@@ -90,8 +101,71 @@ def bars(page: Page) -> list[dict]:
     return [b for b in drawn(page, "histogram") if b.get("bar")]
 
 
-def test_slowest_request_timeline_zoom_and_flame_graph_search(server, page: Page) -> None:
+def cells(page: Page, route: str, service: str = "shop-async") -> dict[str, str]:
+    """The routes overview's row of `route`, by column heading."""
+    headings = page.locator("thead th").all_inner_texts()
+    row = page.locator(f'tbody tr[data-route="{route}"][data-service="{service}"]')
+    return dict(zip(headings, row.locator("td").all_inner_texts(), strict=True))
+
+
+def column(page: Page, heading: str) -> list[str]:
+    index = page.locator("thead th").all_inner_texts().index(heading)
+    return page.locator(f"tbody tr td:nth-child({index + 1})").all_inner_texts()
+
+
+def test_routes_overview_is_the_landing_page(server, page: Page) -> None:
+    calls = api_calls(page, "/api/routes")
     page.goto(server.http + "/")
+    shown(page, "routes")
+    assert span_s(calls[-1]) == 24 * 3600  # the default preset
+    counted = httpx.get(f"{server.http}/api/routes", params=calls[-1]).json()["routes"]
+    keys = {(r["service"], r["route"]) for r in counted}
+    assert ("shop-async", "/slow") in keys and (SECOND, "/orders/{order_id:int}") in keys
+    assert page.locator("tbody tr").count() == len(keys)
+    page.screenshot(path=ARTIFACTS / "routes.png", full_page=True)
+
+    slow = cells(page, "/slow")
+    assert slow["requests"] == "1" and slow["error %"] == "0.0 %"
+    assert slow["p50"].endswith("ms") and slow["p99"].endswith("ms")
+    assert slow["sampled (slowest)"].startswith("1")
+    refused = cells(page, "/products")  # a 400 is no error: errors are 5xx
+    assert refused["requests"] == "1" and refused["error %"] == "0.0 %"
+
+    # sortable: by p99, slowest first, then the other way round
+    page.click("thead th:text-is('p99')")
+    assert page.locator("tbody tr").first.get_attribute("data-route") == "/slow"
+    page.click("thead th:text-is('p99')")
+    assert page.locator("tbody tr").last.get_attribute("data-route") == "/slow"
+    page.click("thead th:text-is('route')")
+    routes = column(page, "route")
+    assert routes == sorted(routes, reverse=True)
+
+    # the link opens the route's slowest sampled requests, in the same range
+    page.select_option("#range", "1h")
+    page.wait_for_function("location.hash.includes('range=1h')")
+    shown(page, "routes")
+    assert span_s(calls[-1]) == 3600
+    page.reload()
+    shown(page, "routes")
+    assert page.input_value("#range") == "1h"
+    page.locator('tr[data-route="/slow"] a.slowest').click()
+    shown(page, "requests")
+    query = dict(parse_qsl(urlsplit(page.url).fragment.split("?", 1)[1]))
+    assert query == {"range": "1h", "service": "shop-async", "route": "/slow", "order": "duration"}
+    assert page.locator("tbody tr.link").first.inner_text().count("/slow") == 1
+
+    # a custom range without requests says so; the link keeps it
+    page.goto(
+        f"{server.http}/#/routes?range=custom&since=2020-01-01T10:00:00Z&until=2020-01-01T11:00:00Z"
+    )
+    shown(page, "routes")
+    assert page.input_value("#range") == "custom"
+    assert page.inner_text("#routes-caption") == "no requests counted in this range"
+    assert page.locator("tbody tr").count() == 0
+
+
+def test_slowest_request_timeline_zoom_and_flame_graph_search(server, page: Page) -> None:
+    page.goto(server.http + "/#/requests")
     shown(page, "requests")
     rows = page.locator("tbody tr.link")
     assert rows.count() >= len(PATHS)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    literal,
     select,
     text,
 )
@@ -25,7 +26,7 @@ from sqlalchemy import (
 from profiler_core.stacks import SEPARATOR
 from profiler_server.assembly.flatten import stable_id
 from profiler_server.assembly.stacktree import EMPTY_ID, stack_id
-from profiler_server.storage import schema
+from profiler_server.storage import route_rollup, schema
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,21 @@ def _v4(conn: Connection) -> None:
     schema.route_minutes.create(conn, checkfirst=True)
 
 
+def _v5(conn: Connection) -> None:
+    """Route counts per day, hour and ten minutes (schema.route_rollups), summed from the
+    minutes stored so far."""
+    schema.route_rollups.create(conn, checkfirst=True)
+    m, r = schema.route_minutes, schema.route_rollups
+    sums = [func.sum(m.c[c.name]) for c in r.columns if not c.primary_key]
+    for span in route_rollup.SPANS:
+        start = m.c.minute - m.c.minute % span
+        key = (start, m.c.service, m.c.route, m.c.status_class)
+        rows = select(literal(span), *key, *sums).group_by(*key)
+        conn.execute(insert(r).from_select([c.name for c in r.columns], rows))
+
+
 # Append a function for each schema change; never edit a released one.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 LATEST = len(MIGRATIONS)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, delete, select
 
-from profiler_server.storage import schema
+from profiler_server.storage import route_rollup, schema
 
 CHUNK = 2000
 
@@ -30,10 +30,16 @@ def delete_expired(engine: Engine, cutoff_ns: int, dedup_cutoff: float) -> int:
                 (schema.requests, schema.requests.c.id),
             ):
                 deleted += conn.execute(delete(table).where(column.in_(ids))).rowcount
-        for table in (schema.stack_buckets, schema.function_buckets, schema.route_minutes):
-            keys = select(table.c.minute).where(table.c.minute < minute).limit(1)
+        day = route_rollup.expired_before(minute)
+        for table, before in (
+            (schema.stack_buckets, minute),
+            (schema.function_buckets, minute),
+            (schema.route_minutes, day),
+            (schema.route_rollups, day),
+        ):
+            keys = select(table.c.minute).where(table.c.minute < before).limit(1)
             if conn.execute(keys).first() is not None:
-                deleted += conn.execute(delete(table).where(table.c.minute < minute)).rowcount
+                deleted += conn.execute(delete(table).where(table.c.minute < before)).rowcount
         # Batch records only serve dedup of resends; payloads are kept while needed.
         spool = schema.spool
         deleted += conn.execute(

@@ -173,6 +173,24 @@ route_minutes = Table(
     *(Column(name, BigInteger, nullable=False) for name in ROUTE_MINUTE_BUCKETS),
 )
 
+# The same counts summed per day, hour and ten minutes (schema version 5, kept by the writer
+# in the transaction that adds to route_minutes): a range's whole spans are read here, the
+# minutes left at its ends from route_minutes (storage.route_rollup). `minute` is the span's
+# first minute, so both tables are read and expired alike; `method` is not kept (the
+# overview sums over it).
+route_rollups = Table(
+    "route_rollups",
+    metadata,
+    Column("span", Integer, primary_key=True),  # minutes
+    Column("minute", BigInteger, primary_key=True),
+    Column("service", String(200), primary_key=True),
+    Column("route", String(500), primary_key=True),
+    Column("status_class", Integer, primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("duration_ns", BigInteger, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in ROUTE_MINUTE_BUCKETS),
+)
+
 # Schema version 2 (migrations._v2) adds these covering indexes on SQLite, for the flame
 # graph and the function table (queries.stack_totals, queries.function_totals). SQLite groups
 # by sorting: with rows in stack (function) order, the sums over every minute stream through

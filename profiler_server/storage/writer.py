@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from profiler_server.assembly.flatten import Summary
 from profiler_server.assembly.totals import ACTIVE, CALLS, MAX, SELF, TOTAL, Totals
-from profiler_server.storage import schema
+from profiler_server.storage import route_rollup, schema
 
 KNOWN_IDS_LIMIT = 1_000_000
 
@@ -156,6 +156,7 @@ _STACK_COLUMNS = tuple(schema.stack_nodes.c.keys())
 _STACK_BUCKET_COLUMNS = tuple(schema.stack_buckets.c.keys())
 _FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
 _ROUTE_MINUTE_COLUMNS = tuple(schema.route_minutes.c.keys())
+_ROUTE_ROLLUP_COLUMNS = tuple(schema.route_rollups.c.keys())
 
 
 @cache
@@ -317,9 +318,10 @@ class Writer:
                     [{"sid": sid, "sq": seq} for sid, seq in ws.release],
                 )
             if ws.route_minutes:
-                _BULK[conn.dialect.name].upsert(
-                    conn, schema.route_minutes, _ROUTE_MINUTE_COLUMNS, ws.route_minutes
-                )
+                bulk = _BULK[conn.dialect.name]
+                bulk.upsert(conn, schema.route_minutes, _ROUTE_MINUTE_COLUMNS, ws.route_minutes)
+                rollups = route_rollup.rollup_rows(ws.route_minutes)
+                bulk.upsert(conn, schema.route_rollups, _ROUTE_ROLLUP_COLUMNS, rollups)
             if ws.requests:
                 stored, new_stacks = self._insert_requests(conn, ws.requests)
         self._remember(self._known_functions, new_functions)

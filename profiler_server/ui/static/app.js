@@ -1,4 +1,4 @@
-// The router: `#/requests?...`, `#/request/<id>`, `#/flame?...`, `#/diff?...`. The menu's
+// The router: `#/routes?...` (the landing page), `#/requests?...`, `#/request/<id>`, `#/flame?...`, `#/diff?...`. The menu's
 // links carry the time range from view to view.
 import { hideTooltip, LoginNeeded, setStatus, ui } from "./common.js";
 import { diffView } from "./diff.js";
@@ -6,9 +6,11 @@ import { flameView } from "./flame.js";
 import { loginView } from "./login.js";
 import { requestView } from "./request.js";
 import { requestsView } from "./requests.js";
+import { routesView } from "./routes.js";
 import { rangeParams } from "./timerange.js";
 
 const views = {
+  routes: routesView,
   requests: requestsView,
   request: (root, params, id) => requestView(root, id),
   flame: flameView,
@@ -18,8 +20,8 @@ let redraw = null;
 
 async function route() {
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
-  const [name, ...rest] = (path || "requests").split("/");
-  const view = views[name] ? name : "requests";
+  const [name, ...rest] = (path || "routes").split("/");
+  const view = views[name] ? name : "routes";
   const params = Object.fromEntries(new URLSearchParams(query || ""));
   const root = document.getElementById("view");
   const range = new URLSearchParams(rangeParams(params)).toString();
