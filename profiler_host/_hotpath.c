@@ -8,9 +8,10 @@
  * Events, tokens and failures are exactly those of the Python hooks (see hooks.py), laid out
  * as profiler_host/events.py defines them (the constants of _events.h, generated from it): a
  * buffer is a flat sequence of ints, EVENT_INTS per event (`fid << KIND_BITS | kind`, call id,
- * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is the tuple
- * `(lane, fid << KIND_BITS, call id)`, a resumable call's the list
- * `[lane, fid << KIND_BITS, call id, suspended, stamp]`, each field at its TOKEN_* index.
+ * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is a `CallToken`, which
+ * reads as the sequence `(lane, fid << KIND_BITS, call id)` and holds the ids as C ints, a
+ * resumable call's the list `[lane, fid << KIND_BITS, call id, suspended, stamp]`, each
+ * field at its TOKEN_* index.
  * A hook never lets an `Exception` reach the caller: it is handed to `hooks._failed`
  * (counted, logged once) and cleared. Any other `BaseException` (KeyboardInterrupt raised
  * by a replaced `lane.record` or by a callback) propagates. Errors this file raises itself
@@ -617,6 +618,77 @@ static PyTypeObject LaneCoreType = {
     .tp_new = lane_new,
 };
 
+/* ---- CallToken --------------------------------------------------------------------- */
+
+/* A plain call's token: its lane and ids, the ids as C ints, so entering makes one object
+ * and exiting reads two fields. It reads as the Python hooks' tuple does (events.py). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *lane; /* a LaneCore */
+    long long fk;   /* fid << KIND_BITS */
+    long long call;
+} CallToken;
+
+static PyTypeObject CallTokenType;
+
+static int
+token_traverse(CallToken *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lane);
+    return 0;
+}
+
+static int
+token_clear(CallToken *self)
+{
+    Py_CLEAR(self->lane);
+    return 0;
+}
+
+static void
+token_dealloc(CallToken *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->lane);
+    PyObject_GC_Del(self);
+}
+
+static Py_ssize_t
+token_length(CallToken *self)
+{
+    return PLAIN_TOKEN_SIZE;
+}
+
+static PyObject *
+token_item(CallToken *self, Py_ssize_t i)
+{
+    if (i == TOKEN_LANE)
+        return Py_NewRef(self->lane ? self->lane : Py_None);
+    if (i == TOKEN_FK)
+        return PyLong_FromLongLong(self->fk);
+    if (i == TOKEN_CALL)
+        return PyLong_FromLongLong(self->call);
+    PyErr_SetString(PyExc_IndexError, "call token index out of range");
+    return NULL;
+}
+
+static PySequenceMethods token_as_sequence = {
+    .sq_length = (lenfunc)token_length,
+    .sq_item = (ssizeargfunc)token_item,
+};
+
+static PyTypeObject CallTokenType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.CallToken",
+    .tp_basicsize = sizeof(CallToken),
+    .tp_dealloc = (destructor)token_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A plain call's token: (lane, fid << KIND_BITS, call id).",
+    .tp_traverse = (traverseproc)token_traverse,
+    .tp_clear = (inquiry)token_clear,
+    .tp_as_sequence = &token_as_sequence,
+};
+
 /* ---- recording --------------------------------------------------------------------- */
 
 static inline long long
@@ -900,13 +972,13 @@ resumable_lane(PyObject *token)
 /* ---- the hooks --------------------------------------------------------------------- */
 
 /* Records the ENTER of a call of `fid` on `lane` (or this thread's own lane).
- * 1: recorded, *lane_out, *fk_out and *call_out are new references; 0: not recorded
+ * 1: recorded, *lane_out is a new reference, *fk_out and *call_out are set; 0: not recorded
  * (over the event cap, or a failure that was swallowed); -1: a BaseException propagates. */
 static int
-enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject **fk_out,
-           PyObject **call_out)
+enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, long long *fk_out,
+           long long *call_out)
 {
-    PyObject *lane_obj = NULL, *fk = NULL, *call = NULL;
+    PyObject *lane_obj = NULL;
     LaneCore *lane;
     RequestCore *request;
     long long cid, fid, ns;
@@ -951,22 +1023,16 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject 
     fid = as_int64(fid_arg);
     if (fid == -1 && PyErr_Occurred())
         goto fail;
-    fk = PyLong_FromLongLong(fid << KIND_BITS);
-    call = PyLong_FromLongLong(cid);
-    if (fk == NULL || call == NULL)
-        goto fail;
     ns = now_ns();
     if (resume_thrown(lane, ns) < 0 ||
         record_via(lane, lane->record, (fid << KIND_BITS) | ENTER, cid, ns) < 0)
         goto fail;
     *lane_out = lane_obj;
-    *fk_out = fk;
-    *call_out = call;
+    *fk_out = fid << KIND_BITS;
+    *call_out = cid;
     return 1;
 fail:
     Py_XDECREF(lane_obj);
-    Py_XDECREF(fk);
-    Py_XDECREF(call);
     return swallow();
 }
 
@@ -979,46 +1045,50 @@ check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
     return -1;
 }
 
-/* enter(lane, fid) -> (lane, fid << KIND_BITS, call id) or None */
+/* enter(lane, fid) -> CallToken (lane, fid << KIND_BITS, call id) or None */
 static PyObject *
 hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *lane, *fk, *call, *token;
+    PyObject *lane = NULL;
+    CallToken *token;
+    long long fk = 0, call = 0;
     int rc;
     if (check_nargs("enter", nargs, 2) < 0)
         return NULL;
     rc = enter_core(args[0], args[1], &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyTuple_New(PLAIN_TOKEN_SIZE);
+    token = PyObject_GC_New(CallToken, &CallTokenType);
     if (token == NULL) {
         Py_DECREF(lane);
-        Py_DECREF(fk);
-        Py_DECREF(call);
         return failed(Py_None);
     }
-    PyTuple_SET_ITEM(token, TOKEN_LANE, lane);
-    PyTuple_SET_ITEM(token, TOKEN_FK, fk);
-    PyTuple_SET_ITEM(token, TOKEN_CALL, call);
-    return token;
+    token->lane = lane;
+    token->fk = fk;
+    token->call = call;
+    PyObject_GC_Track(token);
+    return (PyObject *)token;
 }
 
 /* enter_resumable(lane, fid) -> [lane, fid << KIND_BITS, call id, False, call id] or None */
 static PyObject *
 hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *lane, *fk, *call, *token;
+    PyObject *lane = NULL, *fk, *call, *token;
+    long long fk_int = 0, call_int = 0;
     int rc;
     if (check_nargs("enter_resumable", nargs, 2) < 0)
         return NULL;
-    rc = enter_core(args[0], args[1], &lane, &fk, &call);
+    rc = enter_core(args[0], args[1], &lane, &fk_int, &call_int);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyList_New(RESUMABLE_TOKEN_SIZE);
+    fk = PyLong_FromLongLong(fk_int);
+    call = PyLong_FromLongLong(call_int);
+    token = fk && call ? PyList_New(RESUMABLE_TOKEN_SIZE) : NULL;
     if (token == NULL) {
         Py_DECREF(lane);
-        Py_DECREF(fk);
-        Py_DECREF(call);
+        Py_XDECREF(fk);
+        Py_XDECREF(call);
         return failed(Py_None);
     }
     PyList_SET_ITEM(token, TOKEN_LANE, lane);
@@ -1037,17 +1107,14 @@ hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * are still listed gave control away without a hook, so they are suspended, innermost
  * first (hooks._suspend_let_run). */
 static int
-suspend_let_run(LaneCore *lane, PyObject *call, long long now)
+suspend_let_run(LaneCore *lane, long long cid, long long now)
 {
     PyObject *list;
-    long long cid, since;
+    long long since;
     int rc = lane_running(lane, &list);
     if (rc <= 0)
         return rc;
     rc = 0;
-    cid = as_int64(call);
-    if (cid == -1 && PyErr_Occurred())
-        return -1;
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
     since = since_of(lane, now);
     while (rc == 0 && PyList_GET_SIZE(list) > 0) {
@@ -1076,22 +1143,24 @@ suspend_let_run(LaneCore *lane, PyObject *call, long long now)
 static PyObject *
 exit_plain(PyObject *token, int kind)
 {
-    long long ns;
-    LaneCore *lane;
+    long long ns, fk, call;
+    PyObject *lane;
     int rc;
-    if (!PyTuple_CheckExact(token) || PyTuple_GET_SIZE(token) != PLAIN_TOKEN_SIZE ||
-        !LaneCore_Check(PyTuple_GET_ITEM(token, TOKEN_LANE))) {
+    if (!Py_IS_TYPE(token, &CallTokenType) || ((CallToken *)token)->lane == NULL) {
         PyErr_SetString(PyExc_TypeError, "not a call token");
         return failed(Py_None);
     }
     ns = now_ns();
-    lane = (LaneCore *)PyTuple_GET_ITEM(token, TOKEN_LANE);
-    rc = resume_thrown(lane, ns);
+    /* held: a replaced record (Python code) may run */
+    lane = Py_NewRef(((CallToken *)token)->lane);
+    fk = ((CallToken *)token)->fk;
+    call = ((CallToken *)token)->call;
+    rc = resume_thrown((LaneCore *)lane, ns);
     if (rc == 0)
-        rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, TOKEN_CALL), ns);
+        rc = suspend_let_run((LaneCore *)lane, call, ns);
     if (rc == 0)
-        rc = record_kind(lane, lane->record, PyTuple_GET_ITEM(token, TOKEN_FK), kind,
-                         PyTuple_GET_ITEM(token, TOKEN_CALL), ns);
+        rc = record_via((LaneCore *)lane, ((LaneCore *)lane)->record, fk | kind, call, ns);
+    Py_DECREF(lane);
     if (rc < 0)
         return failed(Py_None);
     Py_RETURN_NONE;
@@ -1664,7 +1733,7 @@ PyInit__hotpath(void)
     size_t i;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
         PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0 ||
-        PyType_Ready(&EventBufferType) < 0)
+        PyType_Ready(&EventBufferType) < 0 || PyType_Ready(&CallTokenType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
     if (cancelled_module == NULL)
@@ -1675,7 +1744,8 @@ PyInit__hotpath(void)
     if (PyModule_AddObjectRef(module, "RequestCore", (PyObject *)&RequestCoreType) < 0 ||
         PyModule_AddObjectRef(module, "LaneCore", (PyObject *)&LaneCoreType) < 0 ||
         PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0 ||
-        PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0)
+        PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0 ||
+        PyModule_AddObjectRef(module, "CallToken", (PyObject *)&CallTokenType) < 0)
         goto fail;
     for (i = 0; events_constants[i].name != NULL; i++) {
         const char *name = events_constants[i].name;

@@ -69,7 +69,14 @@ class InLane:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 # the tokens `profiler_host.events` describes
-_PlainToken = tuple[LaneCore, int, int]
+@final
+class CallToken:
+    """A plain call's token: reads as (lane, fid << KIND_BITS, call id)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Any: ...
+
+_PlainToken = CallToken
 _ResumableToken = list[Any]
 
 def enter(lane: LaneCore, fid: int, /) -> _PlainToken | None: ...
