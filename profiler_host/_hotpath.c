@@ -2,14 +2,16 @@
  *
  * `RequestCore` and `LaneCore` hold the state the hooks touch (call counter, event cap,
  * truncated flag; event buffer, owning thread, request), so recording an event is a few
- * C field reads and three list appends. `recording.Request`/`recording.Lane` subclass them.
+ * C field reads and three stores into the lane's `EventBuffer` (a growable array of 64-bit
+ * ints: no int object is made per event). `recording.Request`/`recording.Lane` subclass them.
  *
  * Events, tokens and failures are exactly those of the Python hooks (see hooks.py), laid out
  * as profiler_host/events.py defines them (the constants of _events.h, generated from it): a
- * buffer is a flat list of ints, EVENT_INTS per event (`fid << KIND_BITS | kind`, call id,
- * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is the tuple
- * `(lane, fid << KIND_BITS, call id)`, a resumable call's the list
- * `[lane, fid << KIND_BITS, call id, suspended, stamp]`, each field at its TOKEN_* index.
+ * buffer is a flat sequence of ints, EVENT_INTS per event (`fid << KIND_BITS | kind`, call id,
+ * CLOCK_MONOTONIC ns = time.monotonic_ns()); a plain call's token is a `CallToken`, which
+ * reads as the sequence `(lane, fid << KIND_BITS, call id)` and holds the ids as C ints, a
+ * resumable call's the list `[lane, fid << KIND_BITS, call id, suspended, stamp]`, each
+ * field at its TOKEN_* index.
  * A hook never lets an `Exception` reach the caller: it is handed to `hooks._failed`
  * (counted, logged once) and cleared. Any other `BaseException` (KeyboardInterrupt raised
  * by a replaced `lane.record` or by a callback) propagates. Errors this file raises itself
@@ -218,11 +220,241 @@ static PyTypeObject CallsType = {
     .tp_iternext = (iternextfunc)calls_next,
 };
 
+/* ---- EventBuffer ------------------------------------------------------------------- */
+
+/* A lane's events: EVENT_INTS 64-bit ints each, appended by the hooks (C stores, or
+ * `extend` of whole events from Python), read by the transport as a sequence (len, indexes,
+ * strided slices into lists of ints) or straight by `pack`, and cut at the front with
+ * `del buffer[:n]`. It holds no objects, so the garbage collector never walks it. */
+#if EVENT_INTS != 3
+#error "buffer_push writes three ints per event"
+#endif
+#define BUFFER_MIN 96 /* ints: 32 events */
+
+typedef struct {
+    PyObject_HEAD
+    long long *items;
+    Py_ssize_t size, allocated;
+} EventBuffer;
+
+static PyTypeObject EventBufferType;
+#define EventBuffer_Check(op) Py_IS_TYPE(op, &EventBufferType)
+
+/* Room for `more` ints past the end: -1 with MemoryError set when there is none. */
+static int
+buffer_reserve(EventBuffer *self, Py_ssize_t more)
+{
+    Py_ssize_t want;
+    long long *items;
+    if (self->size + more <= self->allocated)
+        return 0;
+    if (more > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long) - self->size) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    want = self->allocated < BUFFER_MIN ? BUFFER_MIN : self->allocated;
+    while (want < self->size + more)
+        want = want + (want >> 1); /* grows by half: amortised O(1) per event */
+    items = PyMem_Realloc(self->items, (size_t)want * sizeof(long long));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->items = items;
+    self->allocated = want;
+    return 0;
+}
+
+static inline int
+buffer_push(EventBuffer *self, long long first, long long call, long long ns)
+{
+    long long *at;
+    if (self->size + EVENT_INTS > self->allocated && buffer_reserve(self, EVENT_INTS) < 0)
+        return -1;
+    at = self->items + self->size;
+    at[0] = first;
+    at[1] = call;
+    at[2] = ns;
+    self->size += EVENT_INTS;
+    return 0;
+}
+
+static inline long long as_int64(PyObject *value);
+
+/* extend(values): whole events only, all of them or none (an error leaves it as it was) */
+static PyObject *
+buffer_extend(EventBuffer *self, PyObject *values)
+{
+    Py_ssize_t n, i;
+    PyObject *seq = PySequence_Fast(values, "extend() takes a sequence of ints");
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n % EVENT_INTS != 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "extend() takes whole events");
+        return NULL;
+    }
+    if (buffer_reserve(self, n) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        long long value = as_int64(PySequence_Fast_GET_ITEM(seq, i));
+        if (value == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        self->items[self->size + i] = value;
+    }
+    self->size += n;
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *values = NULL, *done;
+    EventBuffer *self;
+    static char *kwlist[] = {"values", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:EventBuffer", kwlist, &values))
+        return NULL;
+    self = (EventBuffer *)type->tp_alloc(type, 0);
+    if (self == NULL || values == NULL)
+        return (PyObject *)self;
+    done = buffer_extend(self, values);
+    if (done == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return (PyObject *)self;
+}
+
+static void
+buffer_dealloc(EventBuffer *self)
+{
+    PyMem_Free(self->items);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+buffer_length(EventBuffer *self)
+{
+    return self->size;
+}
+
+static PyObject *
+buffer_item(EventBuffer *self, Py_ssize_t i)
+{
+    if (i < 0 || i >= self->size) {
+        PyErr_SetString(PyExc_IndexError, "event buffer index out of range");
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->items[i]);
+}
+
+/* buffer[i] or buffer[start:stop:step] (a list of ints) */
+static PyObject *
+buffer_subscript(EventBuffer *self, PyObject *key)
+{
+    Py_ssize_t start, stop, step, n, i;
+    PyObject *list;
+    if (PyIndex_Check(key)) {
+        Py_ssize_t index = PyNumber_AsSsize_t(key, PyExc_IndexError);
+        if (index == -1 && PyErr_Occurred())
+            return NULL;
+        return buffer_item(self, index < 0 ? index + self->size : index);
+    }
+    if (!PySlice_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "event buffer indices are ints or slices");
+        return NULL;
+    }
+    if (PySlice_Unpack(key, &start, &stop, &step) < 0)
+        return NULL;
+    n = PySlice_AdjustIndices(self->size, &start, &stop, step);
+    list = PyList_New(n);
+    if (list == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *value = PyLong_FromLongLong(self->items[start + i * step]);
+        if (value == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, value);
+    }
+    return list;
+}
+
+/* del buffer[:n]: the only assignment (the transport forgets what it took) */
+static int
+buffer_ass_subscript(EventBuffer *self, PyObject *key, PyObject *value)
+{
+    Py_ssize_t start, stop, step, n;
+    if (value != NULL || !PySlice_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "an event buffer takes extend() and del buffer[:n] only");
+        return -1;
+    }
+    if (PySlice_Unpack(key, &start, &stop, &step) < 0)
+        return -1;
+    n = PySlice_AdjustIndices(self->size, &start, &stop, step);
+    if (n == 0)
+        return 0;
+    if (step != 1 || start != 0) {
+        PyErr_SetString(PyExc_ValueError, "an event buffer is cut at its start only");
+        return -1;
+    }
+    memmove(self->items, self->items + n, (size_t)(self->size - n) * sizeof(long long));
+    self->size -= n;
+    if (self->allocated > BUFFER_MIN && self->size < self->allocated / 4) {
+        /* a long request's peak is given back once the transport took it */
+        Py_ssize_t want = self->size * 2 > BUFFER_MIN ? self->size * 2 : BUFFER_MIN;
+        long long *items = PyMem_Realloc(self->items, (size_t)want * sizeof(long long));
+        if (items != NULL) {
+            self->items = items;
+            self->allocated = want;
+        }
+    }
+    return 0;
+}
+
+static PySequenceMethods buffer_as_sequence = {
+    .sq_length = (lenfunc)buffer_length,
+    .sq_item = (ssizeargfunc)buffer_item,
+};
+
+static PyMappingMethods buffer_as_mapping = {
+    .mp_length = (lenfunc)buffer_length,
+    .mp_subscript = (binaryfunc)buffer_subscript,
+    .mp_ass_subscript = (objobjargproc)buffer_ass_subscript,
+};
+
+static PyMethodDef buffer_methods[] = {
+    {"extend", (PyCFunction)buffer_extend, METH_O,
+     "extend(values): appends whole events (EVENT_INTS ints each)"},
+    {NULL},
+};
+
+static PyTypeObject EventBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.EventBuffer",
+    .tp_basicsize = sizeof(EventBuffer),
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A lane's events as 64-bit ints, EVENT_INTS per event.",
+    .tp_as_sequence = &buffer_as_sequence,
+    .tp_as_mapping = &buffer_as_mapping,
+    .tp_methods = buffer_methods,
+    .tp_new = buffer_new,
+};
+
 /* ---- LaneCore ---------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *buffer;      /* list of ints, three per event */
+    PyObject *buffer;      /* an EventBuffer */
     PyObject *record;      /* buffer.extend, unless replaced (tests, tools) */
     RequestCore *request;  /* NULL until __init__ */
     unsigned long thread;  /* the thread whose events this lane takes */
@@ -241,12 +473,9 @@ lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     LaneCore *self = (LaneCore *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->buffer = PyList_New(0);
+    self->buffer = EventBufferType.tp_alloc(&EventBufferType, 0);
     if (self->buffer == NULL)
         goto fail;
-    /* ints only, so never in a cycle: untracked, the collector need not walk a sampled
-     * request's thousands of events at every collection */
-    PyObject_GC_UnTrack(self->buffer);
     self->record = PyObject_GetAttrString(self->buffer, "extend");
     if (self->record == NULL)
         goto fail;
@@ -284,7 +513,7 @@ lane_traverse(LaneCore *self, visitproc visit, void *arg)
 static int
 lane_clear(LaneCore *self)
 {
-    /* buffer stays: the hooks rely on it being a list (it holds only ints, no cycles) */
+    /* buffer stays: the hooks rely on it being an EventBuffer (it holds no objects) */
     Py_CLEAR(self->record);
     Py_CLEAR(self->request);
     self->direct = 0;
@@ -389,14 +618,85 @@ static PyTypeObject LaneCoreType = {
     .tp_new = lane_new,
 };
 
-/* ---- recording --------------------------------------------------------------------- */
+/* ---- CallToken --------------------------------------------------------------------- */
+
+/* A plain call's token: its lane and ids, the ids as C ints, so entering makes one object
+ * and exiting reads two fields. It reads as the Python hooks' tuple does (events.py). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *lane; /* a LaneCore */
+    long long fk;   /* fid << KIND_BITS */
+    long long call;
+} CallToken;
+
+static PyTypeObject CallTokenType;
+
+static int
+token_traverse(CallToken *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lane);
+    return 0;
+}
+
+static int
+token_clear(CallToken *self)
+{
+    Py_CLEAR(self->lane);
+    return 0;
+}
+
+static void
+token_dealloc(CallToken *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->lane);
+    PyObject_GC_Del(self);
+}
+
+static Py_ssize_t
+token_length(CallToken *self)
+{
+    return PLAIN_TOKEN_SIZE;
+}
 
 static PyObject *
+token_item(CallToken *self, Py_ssize_t i)
+{
+    if (i == TOKEN_LANE)
+        return Py_NewRef(self->lane ? self->lane : Py_None);
+    if (i == TOKEN_FK)
+        return PyLong_FromLongLong(self->fk);
+    if (i == TOKEN_CALL)
+        return PyLong_FromLongLong(self->call);
+    PyErr_SetString(PyExc_IndexError, "call token index out of range");
+    return NULL;
+}
+
+static PySequenceMethods token_as_sequence = {
+    .sq_length = (lenfunc)token_length,
+    .sq_item = (ssizeargfunc)token_item,
+};
+
+static PyTypeObject CallTokenType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.CallToken",
+    .tp_basicsize = sizeof(CallToken),
+    .tp_dealloc = (destructor)token_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A plain call's token: (lane, fid << KIND_BITS, call id).",
+    .tp_traverse = (traverseproc)token_traverse,
+    .tp_clear = (inquiry)token_clear,
+    .tp_as_sequence = &token_as_sequence,
+};
+
+/* ---- recording --------------------------------------------------------------------- */
+
+static inline long long
 now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts); /* the clock of time.monotonic_ns() */
-    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* PyLong_AsLongLong without its detour through a byte array for ints of more than one
@@ -415,32 +715,20 @@ as_int64(PyObject *value)
 }
 
 /* record((first, call, ns)) through `record`; straight into the buffer when `record` is
- * the lane's own buffer.extend. Borrows all arguments. */
+ * the lane's own buffer.extend. */
 static int
-record_via(LaneCore *lane, PyObject *record, PyObject *first, PyObject *call, PyObject *ns)
+record_via(LaneCore *lane, PyObject *record, long long first, long long call, long long ns)
 {
     PyObject *event, *result;
     if (lane->request != NULL && lane->request->event_cap == 0)
         return 0; /* the request ended: calls still open record nothing (Request.finish) */
-    if (record == lane->record && lane->direct) {
-        PyObject *buffer = lane->buffer;
-        Py_ssize_t size = PyList_GET_SIZE(buffer);
-        if (PyList_Append(buffer, first) < 0 || PyList_Append(buffer, call) < 0 ||
-            PyList_Append(buffer, ns) < 0) {
-            /* out of memory: take back a partly appended event */
-            PyObject *exc = PyErr_GetRaisedException();
-            if (PyList_SetSlice(buffer, size, PyList_GET_SIZE(buffer), NULL) < 0)
-                PyErr_Clear();
-            PyErr_SetRaisedException(exc);
-            return -1;
-        }
-        return 0;
-    }
+    if (record == lane->record && lane->direct)
+        return buffer_push((EventBuffer *)lane->buffer, first, call, ns);
     if (record == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "lane has no record");
         return -1;
     }
-    event = PyTuple_Pack(EVENT_INTS, first, call, ns);
+    event = Py_BuildValue("(LLL)", first, call, ns);
     if (event == NULL)
         return -1;
     result = PyObject_CallOneArg(record, event);
@@ -454,19 +742,15 @@ record_via(LaneCore *lane, PyObject *record, PyObject *first, PyObject *call, Py
 /* One event of `kind` for the call whose token holds `fk` (fid << KIND_BITS) and `call`. */
 static int
 record_kind(LaneCore *lane, PyObject *record, PyObject *fk, int kind, PyObject *call,
-            PyObject *ns)
+            long long ns)
 {
-    PyObject *first;
-    int rc;
-    long long packed = as_int64(fk);
+    long long packed = as_int64(fk), cid;
     if (packed == -1 && PyErr_Occurred())
         return -1;
-    first = PyLong_FromLongLong(packed | kind);
-    if (first == NULL)
+    cid = as_int64(call);
+    if (cid == -1 && PyErr_Occurred())
         return -1;
-    rc = record_via(lane, record, first, call, ns);
-    Py_DECREF(first);
-    return rc;
+    return record_via(lane, record, packed | kind, cid, ns);
 }
 
 /* An error is set. An Exception goes to hooks._failed (counted, logged once) and is
@@ -560,7 +844,7 @@ lane_running(LaneCore *lane, PyObject **list)
  * a hook: unless its SUSPEND is recorded already, it is recorded at `since` (its own resume
  * hook then records only the RESUME). */
 static int
-suspend_top(LaneCore *lane, PyObject *list, PyObject *since)
+suspend_top(LaneCore *lane, PyObject *list, long long since)
 {
     Py_ssize_t n = PyList_GET_SIZE(list);
     PyObject *top = Py_NewRef(PyList_GET_ITEM(list, n - 1));
@@ -593,21 +877,22 @@ forget_if_done(LaneCore *lane, PyObject *list)
 }
 
 /* When a frame that gave control away without a hook stopped: at the lane's last event
- * (a buffer ends with an event's ns), else now. New reference. */
-static PyObject *
-since_of(LaneCore *lane, PyObject *now)
+ * (a buffer ends with an event's ns), else now. */
+static long long
+since_of(LaneCore *lane, long long now)
 {
-    Py_ssize_t n = PyList_GET_SIZE(lane->buffer);
-    return Py_NewRef(n ? PyList_GET_ITEM(lane->buffer, n - 1) : now);
+    EventBuffer *buffer = (EventBuffer *)lane->buffer;
+    return buffer->size ? buffer->items[buffer->size - 1] : now;
 }
 
 /* Takes `token` off its lane's running calls; those above it gave control away without a
  * hook and are recorded as suspended since the lane's last event first
  * (hooks._running_pop). */
 static int
-running_pop(LaneCore *lane, PyObject *token, PyObject *now)
+running_pop(LaneCore *lane, PyObject *token, long long now)
 {
-    PyObject *list, *since;
+    PyObject *list;
+    long long since;
     int rc = lane_running(lane, &list);
     if (rc <= 0)
         return rc;
@@ -626,7 +911,6 @@ running_pop(LaneCore *lane, PyObject *token, PyObject *now)
     }
     if (rc == 0)
         rc = forget_if_done(lane, list);
-    Py_DECREF(since);
     Py_DECREF(list);
     return rc;
 }
@@ -635,7 +919,7 @@ running_pop(LaneCore *lane, PyObject *token, PyObject *now)
  * exception thrown in (a cancellation, a failed await): that resumed it with no hook, so its
  * frames resume at `now`, outermost first (hooks._resume_thrown). */
 static int
-resume_thrown(LaneCore *lane, PyObject *now)
+resume_thrown(LaneCore *lane, long long now)
 {
     PyObject *list, *top;
     Py_ssize_t i;
@@ -688,16 +972,16 @@ resumable_lane(PyObject *token)
 /* ---- the hooks --------------------------------------------------------------------- */
 
 /* Records the ENTER of a call of `fid` on `lane` (or this thread's own lane).
- * 1: recorded, *lane_out, *fk_out and *call_out are new references; 0: not recorded
+ * 1: recorded, *lane_out is a new reference, *fk_out and *call_out are set; 0: not recorded
  * (over the event cap, or a failure that was swallowed); -1: a BaseException propagates. */
 static int
-enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject **fk_out,
-           PyObject **call_out)
+enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, long long *fk_out,
+           long long *call_out)
 {
-    PyObject *lane_obj = NULL, *fk = NULL, *first = NULL, *call = NULL, *ns = NULL;
+    PyObject *lane_obj = NULL;
     LaneCore *lane;
     RequestCore *request;
-    long long cid, fid;
+    long long cid, fid, ns;
 
     if (!LaneCore_Check(lane_arg)) {
         PyErr_SetString(PyExc_TypeError, "enter() needs a Lane");
@@ -739,27 +1023,16 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, PyObject 
     fid = as_int64(fid_arg);
     if (fid == -1 && PyErr_Occurred())
         goto fail;
-    fk = PyLong_FromLongLong(fid << KIND_BITS);
-    /* ENTER is 0, so fk | ENTER is fk: the token and the event share one int */
-    first = ENTER == 0 ? Py_XNewRef(fk) : PyLong_FromLongLong((fid << KIND_BITS) | ENTER);
-    call = PyLong_FromLongLong(cid);
     ns = now_ns();
-    if (fk == NULL || first == NULL || call == NULL || ns == NULL)
+    if (resume_thrown(lane, ns) < 0 ||
+        record_via(lane, lane->record, (fid << KIND_BITS) | ENTER, cid, ns) < 0)
         goto fail;
-    if (resume_thrown(lane, ns) < 0 || record_via(lane, lane->record, first, call, ns) < 0)
-        goto fail;
-    Py_DECREF(first);
-    Py_DECREF(ns);
     *lane_out = lane_obj;
-    *fk_out = fk;
-    *call_out = call;
+    *fk_out = fid << KIND_BITS;
+    *call_out = cid;
     return 1;
 fail:
     Py_XDECREF(lane_obj);
-    Py_XDECREF(fk);
-    Py_XDECREF(first);
-    Py_XDECREF(call);
-    Py_XDECREF(ns);
     return swallow();
 }
 
@@ -772,46 +1045,50 @@ check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
     return -1;
 }
 
-/* enter(lane, fid) -> (lane, fid << KIND_BITS, call id) or None */
+/* enter(lane, fid) -> CallToken (lane, fid << KIND_BITS, call id) or None */
 static PyObject *
 hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *lane, *fk, *call, *token;
+    PyObject *lane = NULL;
+    CallToken *token;
+    long long fk = 0, call = 0;
     int rc;
     if (check_nargs("enter", nargs, 2) < 0)
         return NULL;
     rc = enter_core(args[0], args[1], &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyTuple_New(PLAIN_TOKEN_SIZE);
+    token = PyObject_GC_New(CallToken, &CallTokenType);
     if (token == NULL) {
         Py_DECREF(lane);
-        Py_DECREF(fk);
-        Py_DECREF(call);
         return failed(Py_None);
     }
-    PyTuple_SET_ITEM(token, TOKEN_LANE, lane);
-    PyTuple_SET_ITEM(token, TOKEN_FK, fk);
-    PyTuple_SET_ITEM(token, TOKEN_CALL, call);
-    return token;
+    token->lane = lane;
+    token->fk = fk;
+    token->call = call;
+    PyObject_GC_Track(token);
+    return (PyObject *)token;
 }
 
 /* enter_resumable(lane, fid) -> [lane, fid << KIND_BITS, call id, False, call id] or None */
 static PyObject *
 hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *lane, *fk, *call, *token;
+    PyObject *lane = NULL, *fk, *call, *token;
+    long long fk_int = 0, call_int = 0;
     int rc;
     if (check_nargs("enter_resumable", nargs, 2) < 0)
         return NULL;
-    rc = enter_core(args[0], args[1], &lane, &fk, &call);
+    rc = enter_core(args[0], args[1], &lane, &fk_int, &call_int);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyList_New(RESUMABLE_TOKEN_SIZE);
+    fk = PyLong_FromLongLong(fk_int);
+    call = PyLong_FromLongLong(call_int);
+    token = fk && call ? PyList_New(RESUMABLE_TOKEN_SIZE) : NULL;
     if (token == NULL) {
         Py_DECREF(lane);
-        Py_DECREF(fk);
-        Py_DECREF(call);
+        Py_XDECREF(fk);
+        Py_XDECREF(call);
         return failed(Py_None);
     }
     PyList_SET_ITEM(token, TOKEN_LANE, lane);
@@ -830,17 +1107,14 @@ hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * are still listed gave control away without a hook, so they are suspended, innermost
  * first (hooks._suspend_let_run). */
 static int
-suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
+suspend_let_run(LaneCore *lane, long long cid, long long now)
 {
-    PyObject *list, *since;
-    long long cid;
+    PyObject *list;
+    long long since;
     int rc = lane_running(lane, &list);
     if (rc <= 0)
         return rc;
     rc = 0;
-    cid = as_int64(call);
-    if (cid == -1 && PyErr_Occurred())
-        return -1;
     Py_INCREF(list); /* a replaced record may run code that changes _RUNNING */
     since = since_of(lane, now);
     while (rc == 0 && PyList_GET_SIZE(list) > 0) {
@@ -861,7 +1135,6 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
     }
     if (rc == 0)
         rc = forget_if_done(lane, list);
-    Py_DECREF(since);
     Py_DECREF(list);
     return rc;
 }
@@ -870,25 +1143,24 @@ suspend_let_run(LaneCore *lane, PyObject *call, PyObject *now)
 static PyObject *
 exit_plain(PyObject *token, int kind)
 {
-    PyObject *ns;
-    LaneCore *lane;
+    long long ns, fk, call;
+    PyObject *lane;
     int rc;
-    if (!PyTuple_CheckExact(token) || PyTuple_GET_SIZE(token) != PLAIN_TOKEN_SIZE ||
-        !LaneCore_Check(PyTuple_GET_ITEM(token, TOKEN_LANE))) {
+    if (!Py_IS_TYPE(token, &CallTokenType) || ((CallToken *)token)->lane == NULL) {
         PyErr_SetString(PyExc_TypeError, "not a call token");
         return failed(Py_None);
     }
     ns = now_ns();
-    if (ns == NULL)
-        return failed(Py_None);
-    lane = (LaneCore *)PyTuple_GET_ITEM(token, TOKEN_LANE);
-    rc = resume_thrown(lane, ns);
+    /* held: a replaced record (Python code) may run */
+    lane = Py_NewRef(((CallToken *)token)->lane);
+    fk = ((CallToken *)token)->fk;
+    call = ((CallToken *)token)->call;
+    rc = resume_thrown((LaneCore *)lane, ns);
     if (rc == 0)
-        rc = suspend_let_run(lane, PyTuple_GET_ITEM(token, TOKEN_CALL), ns);
+        rc = suspend_let_run((LaneCore *)lane, call, ns);
     if (rc == 0)
-        rc = record_kind(lane, lane->record, PyTuple_GET_ITEM(token, TOKEN_FK), kind,
-                         PyTuple_GET_ITEM(token, TOKEN_CALL), ns);
-    Py_DECREF(ns);
+        rc = record_via((LaneCore *)lane, ((LaneCore *)lane)->record, fk | kind, call, ns);
+    Py_DECREF(lane);
     if (rc < 0)
         return failed(Py_None);
     Py_RETURN_NONE;
@@ -954,7 +1226,8 @@ hp_exit_exception(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * (borrowed, the token is held by the caller's frame), its suspended flag and now. */
 typedef struct {
     LaneCore *lane;
-    PyObject *fk, *call, *ns;
+    PyObject *fk, *call;
+    long long ns;
     int suspended;
 } Resumable;
 
@@ -970,11 +1243,11 @@ unpack(PyObject *token, Resumable *r)
     if (r->suspended < 0)
         return -1;
     r->ns = now_ns();
-    return r->ns == NULL ? -1 : 0;
+    return 0;
 }
 
 /* Holds the token's parts while a replaced record (Python code) may run; releases them
- * and `ns` (owned since unpack) after. */
+ * after. */
 static void
 hold(Resumable *r, int take)
 {
@@ -987,7 +1260,6 @@ hold(Resumable *r, int take)
         Py_DECREF(r->lane);
         Py_DECREF(r->fk);
         Py_DECREF(r->call);
-        Py_DECREF(r->ns);
     }
 }
 
@@ -1097,11 +1369,10 @@ hp_resume_delegated(PyObject *module, PyObject *token)
         return failed(Py_None);
     hold(&r, 1);
     if (!r.suspended) {
-        PyObject *since = since_of(r.lane, r.ns);
+        long long since = since_of(r.lane, r.ns);
         rc = running_pop(r.lane, token, r.ns);
         if (rc == 0)
             rc = record_kind(r.lane, r.lane->record, r.fk, SUSPEND, r.call, since);
-        Py_DECREF(since);
     }
     if (rc == 0)
         rc = record_kind(r.lane, r.lane->record, r.fk, RESUME, r.call, r.ns);
@@ -1122,10 +1393,8 @@ hp_thrown(PyObject *module, PyObject *token)
     int rc;
     if (unpack(token, &r) < 0)
         return failed(Py_None);
-    if (!r.suspended) {
-        Py_DECREF(r.ns);
+    if (!r.suspended)
         Py_RETURN_NONE;
-    }
     hold(&r, 1);
     rc = resume_thrown(r.lane, r.ns);
     if (rc == 0 && PyList_GET_ITEM(token, TOKEN_SUSPENDED) == Py_True) {
@@ -1322,15 +1591,15 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (check_nargs("pack", nargs, 8) < 0)
         return NULL;
     buffer = args[0];
-    if (!PyList_Check(buffer)) {
-        PyErr_SetString(PyExc_TypeError, "pack() needs a list");
+    if (!EventBuffer_Check(buffer)) {
+        PyErr_SetString(PyExc_TypeError, "pack() needs an EventBuffer");
         return NULL;
     }
     start = PyLong_AsSsize_t(args[1]);
     stop = PyLong_AsSsize_t(args[2]);
     if ((start == -1 || stop == -1) && PyErr_Occurred())
         return NULL;
-    if (start < 0 || stop > PyList_GET_SIZE(buffer) || stop < start ||
+    if (start < 0 || stop > ((EventBuffer *)buffer)->size || stop < start ||
         (stop - start) % EVENT_INTS != 0) {
         PyErr_SetString(PyExc_ValueError, "pack(): not whole events of the buffer");
         return NULL;
@@ -1359,13 +1628,9 @@ hp_pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (delta_at == NULL)
         goto fail;
     for (i = 0; i < n; i++) {
-        PyObject *const *event = &PyList_GET_ITEM(buffer, start + EVENT_INTS * i);
-        long long packed = as_int64(event[0]);
-        long long call = as_int64(event[1]);
-        long long ns = as_int64(event[2]);
+        const long long *event = ((EventBuffer *)buffer)->items + start + EVENT_INTS * i;
+        long long packed = event[0], call = event[1], ns = event[2];
         unsigned long long delta;
-        if ((packed == -1 || call == -1 || ns == -1) && PyErr_Occurred())
-            goto fail;
         if (packed < 0 || call < 0) {
             PyErr_SetString(PyExc_ValueError, "pack(): a negative function or call id");
             goto fail;
@@ -1467,7 +1732,8 @@ PyInit__hotpath(void)
     PyObject *module;
     size_t i;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
-        PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0)
+        PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0 ||
+        PyType_Ready(&EventBufferType) < 0 || PyType_Ready(&CallTokenType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
     if (cancelled_module == NULL)
@@ -1477,7 +1743,9 @@ PyInit__hotpath(void)
         return NULL;
     if (PyModule_AddObjectRef(module, "RequestCore", (PyObject *)&RequestCoreType) < 0 ||
         PyModule_AddObjectRef(module, "LaneCore", (PyObject *)&LaneCoreType) < 0 ||
-        PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0)
+        PyModule_AddObjectRef(module, "InLane", (PyObject *)&InLaneType) < 0 ||
+        PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0 ||
+        PyModule_AddObjectRef(module, "CallToken", (PyObject *)&CallTokenType) < 0)
         goto fail;
     for (i = 0; events_constants[i].name != NULL; i++) {
         const char *name = events_constants[i].name;

@@ -1,9 +1,9 @@
 """Types of `profiler_host._hotpath` (`_hotpath.c`): the hooks' hot path in C, twin of
 `hooks`, `recording`'s cores, `propagation._PyInLane` and `batching`'s packing."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any, Final, final
+from typing import Any, Final, final, overload
 
 from typing_extensions import disjoint_base
 
@@ -36,6 +36,19 @@ class RequestCore:
     def calls(self) -> Iterator[int]: ...
     def __init__(self, event_cap: int) -> None: ...
 
+@final
+class EventBuffer:
+    """A lane's events as 64-bit ints, EVENT_INTS per event."""
+
+    def __new__(cls, values: Sequence[int] = ...) -> EventBuffer: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, key: int, /) -> int: ...
+    @overload
+    def __getitem__(self, key: slice, /) -> list[int]: ...
+    def __delitem__(self, key: slice, /) -> None: ...
+    def extend(self, values: Sequence[int], /) -> None: ...
+
 @disjoint_base
 class LaneCore:
     """The per-lane state the hooks touch."""
@@ -43,7 +56,7 @@ class LaneCore:
     thread: int
     record: Callable[[tuple[int, int, int]], object]
     @property
-    def buffer(self) -> list[int]: ...
+    def buffer(self) -> EventBuffer: ...
     @property
     def request(self) -> Any: ...  # the `recording.Request` it was made with
     def __init__(self, request: RequestCore) -> None: ...
@@ -56,7 +69,14 @@ class InLane:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 # the tokens `profiler_host.events` describes
-_PlainToken = tuple[LaneCore, int, int]
+@final
+class CallToken:
+    """A plain call's token: reads as (lane, fid << KIND_BITS, call id)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Any: ...
+
+_PlainToken = CallToken
 _ResumableToken = list[Any]
 
 def enter(lane: LaneCore, fid: int, /) -> _PlainToken | None: ...
@@ -69,7 +89,7 @@ def resume(token: _ResumableToken, /) -> None: ...
 def resume_delegated(token: _ResumableToken, /) -> None: ...
 def thrown(token: _ResumableToken, /) -> None: ...
 def pack(
-    buffer: list[int],
+    buffer: EventBuffer,
     start: int,
     stop: int,
     previous_ns: int | None,

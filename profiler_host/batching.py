@@ -8,6 +8,7 @@ too, so long requests and whole-process mode stream instead of growing in memory
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING, cast
 
 from profiler_core.wire import framing, ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
@@ -17,12 +18,15 @@ from profiler_host.events import EVENT_INTS
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Lane, Request
 
+if TYPE_CHECKING:
+    from profiler_host._hotpath import EventBuffer
+
 
 class PyLaneColumns(EventColumns):
     """Lane buffers as the wire's columns, in Python (the reference for `PackedColumns`)."""
 
     def add_buffer(
-        self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
+        self, request_id: int, lane_id: int, buffer: recording.Buffer, start: int, stop: int
     ) -> None:
         self.add_run(request_id, lane_id, *recording.columns(buffer, start, stop))
 
@@ -53,12 +57,13 @@ class PackedColumns:
         return len(self.kinds)
 
     def add_buffer(
-        self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
+        self, request_id: int, lane_id: int, buffer: recording.Buffer, start: int, stop: int
     ) -> None:
         count = (stop - start) // EVENT_INTS
         if count <= 0:
             return
-        first, self.last = self._pack(buffer, start, stop, self.last, self.kinds, *self.payloads)
+        events = cast("EventBuffer", buffer)  # the C cores' lanes' (see _LaneColumns)
+        first, self.last = self._pack(events, start, stop, self.last, self.kinds, *self.payloads)
         if self.base is None:
             self.base = first
         self.run_request.append(request_id)

@@ -7,11 +7,12 @@ An *event* is `EVENT_INTS` ints in a lane's buffer: `function << KIND_BITS | kin
 call id and the monotonic ns. The kinds are the wire's (`profiler_core.model.EventKind`).
 
 A *token* is what the enter hook leaves at the bottom of an instrumented frame's stack for
-the frame's other hooks. A plain call's is the tuple `(lane, function << KIND_BITS, call
-id)`; a generator's, coroutine's or async generator's is a list that starts with the same
-three fields and adds `suspended` (its SUSPEND is recorded and its RESUME not yet) and
-`stamp` (a call id taken when it last started running; see `hooks`). A field has the same
-index in both kinds, and no index means two things.
+the frame's other hooks. A plain call's reads as the tuple `(lane, function << KIND_BITS,
+call id)` (the C hooks' `CallToken` holds the ids as C ints); a generator's, coroutine's
+or async generator's is a list that starts with the same three fields and adds
+`suspended` (its SUSPEND is recorded and its RESUME not yet) and `stamp` (a call id taken
+when it last started running; see `hooks`). A field has the same index in both kinds, and
+no index means two things.
 """
 
 from __future__ import annotations

@@ -3,13 +3,14 @@
 One `ContextVar` (`CURRENT`) holds the current *lane* (a thread or task of a sampled
 request) and nothing else: per-call state lives in the frame's token, never here.
 
-A lane's buffer is a flat list of ints, three per event (`events`): the function id and kind packed
-(`function << KIND_BITS | kind`), the call id and the monotonic ns. Ints are not tracked
-by the garbage collector, so a long request does not make every collection slower (a
-tuple per event did), and the first two stay below 2**30, where CPython's int arithmetic
-is fastest. Hooks add an event with one `extend` (atomic under the GIL, so a signal or a
-drain never splits it) and no lock; the transport drains from its own thread by slicing
-off the first n items.
+A lane's buffer is a flat sequence of ints, three per event (`events`): the function id and
+kind packed (`function << KIND_BITS | kind`), the call id and the monotonic ns. With the C
+cores it is an `_hotpath.EventBuffer`, a growable array of 64-bit ints that the C hooks
+write with three stores (no int object per event, nothing for the garbage collector to
+walk); the Python twin's is a list of ints, which the collector does not track either.
+Hooks add an event with one `extend` (atomic under the GIL, so a signal or a drain never
+splits it) and no lock; the transport drains from its own thread by reading strided
+slices and deleting the first n items.
 
 What the hooks touch lives in `RequestCore` and `LaneCore`: C types from
 `profiler_host._hotpath` when it is built (the hooks then read C fields, not attributes),
@@ -68,6 +69,9 @@ def _cores() -> tuple[type, type, str]:
 
 
 if TYPE_CHECKING:  # the C cores have the Python twins' fields (_hotpath.pyi)
+    from profiler_host._hotpath import EventBuffer
+
+    Buffer = list[int] | EventBuffer  # a lane's buffer: the Python twin's, the C cores'
     RequestCore = _PyRequestCore
     LaneCore = _PyLaneCore
     IMPLEMENTATION = "python"
@@ -149,7 +153,7 @@ def kind_of(function_kind: int) -> int:
 Columns = tuple[bytes, list[int], list[int], list[int]]  # kinds, functions, calls, ns
 
 
-def columns(buffer: list[int], start: int, stop: int) -> Columns:
+def columns(buffer: Buffer, start: int, stop: int) -> Columns:
     """The wire's columns of `buffer[start:stop]`: strided slices (no copy of the whole) and
     two comprehensions (the transport's C path, `batching.PackedColumns`, makes none)."""
     packed = buffer[start:stop:EVENT_INTS]
@@ -159,7 +163,7 @@ def columns(buffer: list[int], start: int, stop: int) -> Columns:
     return kinds, functions, calls, buffer[start + 2 : stop : EVENT_INTS]
 
 
-def _decode(buffer: list[int], start: int) -> list[tuple[int, int, int, int]]:
+def _decode(buffer: Buffer, start: int) -> list[tuple[int, int, int, int]]:
     return list(zip(*columns(buffer, start, len(buffer)), strict=True))
 
 
@@ -246,5 +250,5 @@ class LaneColumns(Protocol):
     """A batch's events as `profiler_host.batching` gathers them from lane buffers."""
 
     def add_buffer(
-        self, request_id: int, lane_id: int, buffer: list[int], start: int, stop: int
+        self, request_id: int, lane_id: int, buffer: Buffer, start: int, stop: int
     ) -> None: ...

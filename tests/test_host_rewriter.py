@@ -710,7 +710,14 @@ def test_lane_api() -> None:
     assert (req.event_cap, req.truncated) == (0, True)
     lane.append((EXIT, 7, 3, 99))
     lane.record((7 << recording.KIND_BITS | ENTER, 4, 100))
-    assert lane.buffer == [7 << recording.KIND_BITS | EXIT, 3, 99, 7 << recording.KIND_BITS, 4, 100]
+    assert list(lane.buffer) == [
+        7 << recording.KIND_BITS | EXIT,
+        3,
+        99,
+        7 << recording.KIND_BITS,
+        4,
+        100,
+    ]
     assert lane.events == [(EXIT, 7, 3, 99), (ENTER, 7, 4, 100)]
     assert lane.drain() == [(EXIT, 7, 3, 99), (ENTER, 7, 4, 100)] and lane.events == []
     child = req.spawn(lane, recording.LaneKind.TASK, "task", 3)
@@ -731,21 +738,68 @@ def test_c_lane_buffers_are_not_walked_by_the_garbage_collector() -> None:
 
 
 @pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
+def test_c_event_buffers_read_as_the_python_twins_lists() -> None:
+    """What the transport and tools do with a buffer (len, indexes, strided slices, cutting
+    the front) gives what the Python twin's list gives, through growth and shrinking; a
+    bad extend leaves the buffer as it was."""
+    from profiler_host import _hotpath
+
+    rng = random.Random(3)
+    buffer, twin = _hotpath.EventBuffer(), []
+    for _ in range(400):
+        if rng.random() < 0.7:
+            events = [
+                rng.choice((0, 7, 2**30, 2**62, -(2**63))) for _ in range(3 * rng.randrange(60))
+            ]
+            buffer.extend(events)
+            twin.extend(events)
+        else:
+            cut = rng.randrange(len(twin) + 1)
+            del buffer[:cut]
+            del twin[:cut]
+        assert len(buffer) == len(twin)
+        start, step = rng.randrange(-5, 5), rng.choice((1, 2, 3, -3))
+        assert buffer[start::step] == twin[start::step]
+        assert buffer[1 : len(twin) : 3] == twin[1 : len(twin) : 3]
+        if twin:
+            assert (buffer[0], buffer[-1]) == (twin[0], twin[-1])
+    assert list(buffer) == twin
+    before = list(buffer)
+    for bad, error in (
+        ([1, 2], ValueError),
+        ([1, 2, 2**64], OverflowError),
+        ([1, 2, "3"], TypeError),
+    ):
+        with pytest.raises(error):
+            buffer.extend(bad)
+    with pytest.raises(ValueError, match="start"):
+        del buffer[3:]
+    with pytest.raises(TypeError):
+        buffer[0] = 1
+    with pytest.raises(IndexError):
+        buffer[len(before)]
+    assert list(buffer) == before
+
+
+@pytest.mark.skipif(len(IMPLEMENTATIONS) < 2, reason="the C hot path is not in use")
 def test_c_packed_events_match_the_python_ones() -> None:
     """The batch the transport sends with `_hotpath.pack`'s fields appended as bytes parses
     to the Python columns' message: several lanes' runs, times going back between lanes,
     ids and deltas of every varint length."""
+    from profiler_host import _hotpath
     from profiler_host.batching import PackedColumns, PyLaneColumns
 
     rng = random.Random(7)
     lanes = []
     for lane in range(5):
         now = 2**40 + rng.randrange(10**9)
-        buffer: list[int] = []
+        buffer = _hotpath.EventBuffer()
         for call in range(rng.randrange(200)):
             now += rng.choice((0, 1, 127, 128, 2**14, 2**21, 2**35))
             fid = rng.choice((0, 1, 2**4, 2**11, 2**26))
-            buffer += [fid << recording.KIND_BITS | rng.choice((ENTER, EXIT, RESUME)), call, now]
+            buffer.extend(
+                [fid << recording.KIND_BITS | rng.choice((ENTER, EXIT, RESUME)), call, now]
+            )
         lanes.append((lane, buffer))
 
     def batch(columns: type) -> BatchBuilder:
@@ -763,17 +817,16 @@ def test_c_packed_events_match_the_python_ones() -> None:
     assert sent[1] == sent[0]
     assert sent[0].batch == batch(PyLaneColumns).build(4)
     assert batch(PackedColumns).build(4) == sent[0].batch  # the fields merged in
-    from profiler_host import _hotpath
 
     out = [bytearray() for _ in range(4)]
-    buffer = lanes[0][1] or [8, 1, 2]
+    buffer = lanes[0][1] if len(lanes[0][1]) else _hotpath.EventBuffer([8, 1, 2])
     for start, stop in ((0, 4), (-3, 3), (3, len(buffer) + 3), (6, 3)):
         with pytest.raises(ValueError, match="whole events"):
             _hotpath.pack(buffer, start, stop, None, *out)
     with pytest.raises(TypeError):
-        _hotpath.pack([None, 1, 2, 8, 1, 2], 0, 6, None, *out)
-    with pytest.raises(OverflowError):
-        _hotpath.pack([8, 1, 2, 8, 1, 2**64], 0, 6, None, *out)
+        _hotpath.pack([8, 1, 2, 8, 1, 2], 0, 6, None, *out)
+    with pytest.raises(ValueError, match="negative"):
+        _hotpath.pack(_hotpath.EventBuffer([8, -1, 2]), 0, 3, None, *out)
     assert out == [bytearray()] * 4  # nothing half-written stays
 
 
