@@ -3,6 +3,8 @@ as JSON Schema for the OpenAPI document. Objects may gain fields, so none is clo
 
 from __future__ import annotations
 
+from profiler_server.assembly.states import VALUES
+
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -139,10 +141,12 @@ COMPONENTS: dict[str, dict] = {
     ),
     "Stacks": _object(
         {
+            "value": {"type": "string", "enum": list(VALUES)},
+            "unit": {"type": "string", "enum": sorted({v.unit for v in VALUES.values()})},
             "stacks": {
                 "type": "array",
-                "items": _object({"stack": STRING, "self_ns": INT, "calls": INT}),
-            }
+                "items": _object({"stack": STRING, "value": INT, "calls": INT}),
+            },
         }
     ),
 }

@@ -23,10 +23,12 @@ from profiler_server.assembly.stored import stored_trees
 from profiler_server.assembly.totals import (
     ACTIVE,
     AWAIT,
+    AWAITING,
     CALLS,
     MAX,
     MAX_SLICE,
     READY,
+    READYING,
     SELF,
     TOTAL,
     WIDTH,
@@ -43,6 +45,12 @@ Resolver = Callable[[int], tuple[int, str] | None]  # session function id -> (gl
 _FUNCTION_BITS = 32  # session function ids are uint32
 _FUNCTION_MASK = (1 << _FUNCTION_BITS) - 1
 _NARROW = 64  # levels with fewer nodes are interned node by node, the others with NumPy
+# The frame a lane's time goes to while no profiled call runs or waits in it (framework code
+# around the handler, a task before its first profiled call): its stack is the lane's plus
+# this frame, so every nanosecond of a lane lands on a stack. Its `functions` row comes with
+# the schema (migrations._v5).
+OUTSIDE_NAME = "(outside profiled calls)"
+OUTSIDE_ID = stable_id(OUTSIDE_NAME)
 
 
 @dataclass
@@ -76,6 +84,7 @@ class StackInterner:
         self._on_stack: list[immutables.Map] = [immutables.Map()]  # global function ids
         self.names: dict[int, str] = {}  # session function id -> name
         self.unknown = 0  # stacks whose leaf function was never defined
+        self._outside: dict[int, int] = {}  # lane's stack -> its OUTSIDE_NAME stack
         self._columns = tuple(_Growing(t) for t in (np.int64, np.int64, bool, np.int64))
 
     def child(self, parent: int, fid: int) -> int:
@@ -89,7 +98,18 @@ class StackInterner:
             resolved = (-fid - 1, f"(unknown function {fid})")
         gid, name = resolved
         self.names[fid] = name
-        index = self.index[key] = self.tree.add(parent, name)
+        index = self.index[key] = self._add(parent, gid, name)
+        return index
+
+    def outside(self, parent: int) -> int:
+        """The stack of a lane's time outside profiled calls, the lane's stack `parent`."""
+        found = self._outside.get(parent)
+        if found is None:
+            found = self._outside[parent] = self._add(parent, OUTSIDE_ID, OUTSIDE_NAME)
+        return found
+
+    def _add(self, parent: int, gid: int, name: str) -> int:
+        index = self.tree.add(parent, name)
         sid = stack_id(self.ids[parent], gid)
         self.ids.append(sid)
         self.by_id[sid] = index
@@ -234,7 +254,23 @@ def _node_values(forest: Forest, calls: np.ndarray) -> np.ndarray:
     at = np.searchsorted(calls, forest.extra_node)  # calls that suspended
     for column, extra in zip((ACTIVE, AWAIT, READY, MAX_SLICE), forest.extras, strict=False):
         values[column, at] = extra
+    at = np.searchsorted(calls, forest.charged_node)  # calls their lanes waited on
+    values[AWAITING, at], values[READYING, at] = forest.charged
     return values
+
+
+def _outside(forest: Forest, stack: np.ndarray, interner: StackInterner) -> Totals:
+    """Per (request, stack) the time of lanes outside profiled calls (their roots' self
+    time), on each lane's OUTSIDE_NAME stack: running time, but of no call."""
+    roots = np.flatnonzero((forest.function == LANE_ROOT) & (forest.self_ns > 0))
+    values = np.zeros((WIDTH, len(roots)), dtype=np.int64)
+    values[SELF] = forest.self_ns[roots]
+    outside = [interner.outside(s) for s in stack[roots].tolist()]
+    return Totals.grouped(forest.owner()[roots], _int64(outside), values)
+
+
+def _int64(values: list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
 
 
 @dataclass
@@ -255,11 +291,15 @@ def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Sum
     calls = np.flatnonzero(forest.function != LANE_ROOT)
     owner = forest.owner()[calls]
     per_stack = Totals.grouped(owner, stack[calls], _node_values(forest, calls))
+    outside = _outside(forest, stack, interner)
     columns = interner.columns()
     values = per_stack.values.copy()
     values[TOTAL] *= columns.outermost[per_stack.key]  # recursion: count the outermost call
     per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
     per_function.key = columns.functions[per_function.key]
+    if len(outside):
+        per_stack = Totals.concat([per_stack, outside], [0, 0])
+        per_stack = per_stack.regroup(np.arange(len(forest.requests), dtype=np.int64))
     used = np.unique(per_stack.key).tolist()
     nodes = {interner.ids[s]: interner.row(s) for s in used}
     per_stack.key = columns.ids[per_stack.key]

@@ -2,8 +2,9 @@
 
 Like pyinstrument's renderers, an output format is one small module with one job: turn a
 stored request (its summary and lanes, views.summary / views.lanes) or an aggregate (the
-stacks of queries.stack_totals) into the bytes another tool reads. A module declares a
-`FORMAT`; the HTTP API looks formats up by name and never knows more than this record.
+stacks of queries.stack_totals, weighed by one value) into the bytes another tool reads. A
+module declares a `FORMAT`; the HTTP API looks formats up by name and never knows more than
+this record.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any
 
 import orjson
 
-Stacks = Sequence[tuple[str, int, int]]  # (signature "mod:qual;mod:qual", self ns, calls)
+from profiler_server.assembly.states import WALL, Value
+
+Stacks = Sequence[tuple[str, int, int]]  # (signature "mod:qual;mod:qual", value, calls)
 Sources = Callable[[Sequence[str]], Mapping[str, tuple[str, int]]]  # names -> (file, line)
 
 
@@ -32,10 +35,12 @@ def _no_sources(_: Sequence[str]) -> Mapping[str, tuple[str, int]]:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Stacks summed over a range; `sources` looks up where functions are defined (only the
+    """Stacks summed over a range, each weighed by `value` (states.VALUES: its own time in
+    some states, or its calls); `sources` looks up where functions are defined (only the
     formats that name files ask, so the others cost no query)."""
 
     stacks: Stacks
+    value: Value = WALL
     title: str = "all requests"
     since_ns: int | None = None
     until_ns: int | None = None

@@ -1,5 +1,6 @@
-"""Folded stacks for flamegraph.pl, inferno and Pyroscope: `frame;frame;frame <self_ns>` per
-line, root first; stacks without self time are left out (they add nothing to a flame graph)."""
+"""Folded stacks for flamegraph.pl, inferno and Pyroscope: `frame;frame;frame <value>` per
+line, root first (a request's self ns, an aggregate's value); stacks of value 0 are left out
+(they add nothing to a flame graph)."""
 
 from __future__ import annotations
 
