@@ -41,7 +41,7 @@ def folded_totals(text: str) -> Counter:
 
 def api_stacks(server, **params: str) -> dict[str, tuple[int, int]]:
     body = server.get("/api/flamegraph", format="json", **params).json()
-    return {s["stack"]: (s["self_ns"], s["calls"]) for s in body["stacks"]}
+    return {s["stack"]: (s["value"], s["calls"]) for s in body["stacks"]}
 
 
 def slowest(server) -> tuple[dict, dict]:
@@ -361,10 +361,16 @@ def test_stacks_are_pushed_to_pyroscope_ingest(start_server, tmp_path, receiver)
     )
     load(server, "shop")
     load(server, "shop {eu}")
-    for service, name in (("shop", "shop.wall{}"), ("shop {eu}", "shop__eu_.wall{}")):
-        stored = {s: n for s, (n, _) in api_stacks(server, service=service).items() if n > 0}
-        assert stored
-        assert eventually(lambda n=name, s=stored: pushed_stacks(receiver, n) == s)
+    for service, app in (("shop", "shop"), ("shop {eu}", "shop__eu_")):
+        for value in ("wall", "running"):  # `.wall` is true wall; running its own type
+            stored = {
+                s: n
+                for s, (n, _) in api_stacks(server, service=service, value=value).items()
+                if n > 0
+            }
+            assert stored
+            name = f"{app}.{value}{{}}"
+            assert eventually(lambda n=name, s=stored: pushed_stacks(receiver, n) == s)
     for push in receiver.received:
         assert push["path"] == "/ingest"
         query = {k: v[0] for k, v in push["query"].items()}

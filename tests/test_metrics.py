@@ -157,7 +157,7 @@ def chain_request(builder: BatchBuilder, rid: int, route: str, chain: list[int])
 
 def flamegraph(server, **params: str) -> dict[str, tuple[int, int]]:
     body = server.get("/api/flamegraph", format="json", **params).json()
-    return {s["stack"]: (s["self_ns"], s["calls"]) for s in body["stacks"]}
+    return {s["stack"]: (s["value"], s["calls"]) for s in body["stacks"]}
 
 
 def stored_requests(server, **params: str) -> list[dict]:

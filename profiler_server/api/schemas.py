@@ -42,6 +42,8 @@ _NODE = {
     "start_ns": INT,
     "end_ns": INT,
     "self_ns": INT,
+    "self_await_ns": INT,
+    "self_ready_ns": INT,
     "active_ns": INT,
     "await_ns": INT,
     "ready_ns": INT,

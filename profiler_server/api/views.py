@@ -79,6 +79,8 @@ def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
             "start_ns": start,
             "end_ns": start + d,
             "self_ns": self_ns,
+            "self_await_ns": 0,
+            "self_ready_ns": 0,
             "active_ns": d,
             "await_ns": 0,
             "ready_ns": 0,
@@ -111,6 +113,11 @@ def lanes(tree: tree_pb2.StoredTree) -> list[dict]:
         node["ready_ns"] = ready
         node["max_slice_ns"] = max_slice
         node["suspensions"] = suspensions
+    for i, awaiting, ready in zip(
+        tree.charged_node, tree.charged_await_ns, tree.charged_ready_ns, strict=True
+    ):
+        nodes[i]["self_await_ns"] = awaiting
+        nodes[i]["self_ready_ns"] = ready
     for i, outcome in zip(tree.outcome_node, tree.outcome, strict=True):
         nodes[i]["outcome"] = _OUTCOMES.get(outcome, "truncated")
     for i, start, ready, length in zip(

@@ -13,11 +13,20 @@ from dataclasses import dataclass
 
 from profiler_server.assembly.totals import AWAITING, READYING, SELF
 
-# state -> (its totals column, its stack_buckets column)
+
+@dataclass(frozen=True)
+class State:
+    """Where a state's time is kept: totals column, stack_buckets column, API node field."""
+
+    column: int
+    stored: str
+    node: str
+
+
 STATES = {
-    "running": (SELF, "self_ns"),
-    "awaiting": (AWAITING, "await_ns"),
-    "ready": (READYING, "ready_ns"),
+    "running": State(SELF, "self_ns", "self_ns"),
+    "awaiting": State(AWAITING, "await_ns", "self_await_ns"),
+    "ready": State(READYING, "ready_ns", "self_ready_ns"),
 }
 
 
@@ -37,12 +46,12 @@ VALUES = {
         Value(
             "wall",
             "nanoseconds",
-            tuple(column for _, column in STATES.values()),
+            tuple(state.stored for state in STATES.values()),
             "running + awaiting + ready: all of the lanes' time",
         ),
         *(
-            Value(state, "nanoseconds", (column,), f"time {state}")
-            for state, (_, column) in STATES.items()
+            Value(name, "nanoseconds", (state.stored,), f"time {name}")
+            for name, state in STATES.items()
         ),
         Value("calls", "count", ("calls",), "calls"),
     )
