@@ -231,7 +231,7 @@ def test_flamegraph_as_speedscope_sampled_profile(server) -> None:
     jsonschema.validate(document, SCHEMA)
     [profile] = document["profiles"]
     assert profile["type"] == "sampled" and profile["unit"] == "nanoseconds"
-    assert profile["name"] == document["name"] == "shop"
+    assert document["name"] == "shop" and profile["name"] == "shop (wall)"
     frames = [f["name"] for f in document["shared"]["frames"]]
     got = {
         ";".join(frames[i] for i in sample): weight
@@ -254,9 +254,9 @@ def test_flamegraph_as_gzipped_pprof(server) -> None:
     assert strings[0] == ""
     assert [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == [
         ("calls", "count"),
-        ("self", "nanoseconds"),
+        ("wall", "nanoseconds"),
     ]
-    assert strings[profile.default_sample_type] == "self"
+    assert strings[profile.default_sample_type] == "wall"
     functions = {f.id: f for f in profile.function}
     locations = {loc.id: loc for loc in profile.location}
     got = {}
@@ -272,6 +272,33 @@ def test_flamegraph_as_gzipped_pprof(server) -> None:
     assert sum(s.value[0] for s in profile.sample) == 3 * 6  # 3 requests of 6 calls
     query = next(f for f in functions.values() if strings[f.name] == "shop.views:query")
     assert (strings[query.filename], query.start_line) == ("views.py", 30)
+
+
+def test_every_flamegraph_format_follows_the_value(server) -> None:
+    load(server)
+    for value in ("running", "awaiting", "ready", "calls"):
+        stored = api_stacks(server, value=value)
+        body = server.get("/api/flamegraph", format="json", value=value).json()
+        assert (body["value"], body["unit"]) == (
+            value,
+            "count" if value == "calls" else "nanoseconds",
+        )
+        folded = server.get("/api/flamegraph", format="folded", value=value).text
+        assert folded_totals(folded) == {s: n for s, (n, _) in stored.items() if n > 0}
+        response = server.get("/api/flamegraph", format="pprof", value=value)
+        profile = pprof_pb2.Profile.FromString(gzip.decompress(response.content))
+        strings = profile.string_table
+        types = [(strings[t.type], strings[t.unit]) for t in profile.sample_type]
+        assert strings[profile.default_sample_type] == value
+        assert types == [("calls", "count")] + ([(value, "nanoseconds")] * (value != "calls"))
+        assert sum(s.value[-1] for s in profile.sample) == sum(n for n, _ in stored.values())
+    calls = api_stacks(server, value="calls")
+    assert all(n == c for n, c in calls.values())
+    wall = api_stacks(server)
+    running = api_stacks(server, value="running")
+    assert wall == running  # these requests are plain calls: they never wait
+    bad = server.get("/api/flamegraph", value="self")
+    assert bad.status_code == 400 and "wall, running, awaiting, ready, calls" in bad.text
 
 
 def test_flamegraph_as_grafana_nested_set(server) -> None:
