@@ -259,14 +259,16 @@ def _node_values(forest: Forest, calls: np.ndarray) -> np.ndarray:
     return values
 
 
-def _outside(forest: Forest, stack: np.ndarray, interner: StackInterner) -> Totals:
-    """Per (request, stack) the time of lanes outside profiled calls (their roots' self
-    time), on each lane's OUTSIDE_NAME stack: running time, but of no call."""
+def _outside(
+    forest: Forest, stack: np.ndarray, interner: StackInterner
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(owner, stack, totals columns) of each lane's time outside profiled calls (its root's
+    self time), on the lane's OUTSIDE_NAME stack: running time, but of no call."""
     roots = np.flatnonzero((forest.function == LANE_ROOT) & (forest.self_ns > 0))
     values = np.zeros((WIDTH, len(roots)), dtype=np.int64)
     values[SELF] = forest.self_ns[roots]
     outside = [interner.outside(s) for s in stack[roots].tolist()]
-    return Totals.grouped(forest.owner()[roots], _int64(outside), values)
+    return forest.owner()[roots], _int64(outside), values
 
 
 def _int64(values: list[int]) -> np.ndarray:
@@ -289,17 +291,19 @@ def summarize(forest: Forest, interner: StackInterner, problems: Counter) -> Sum
     unknown_before = interner.unknown
     stack = _stacks(forest, interner)
     calls = np.flatnonzero(forest.function != LANE_ROOT)
-    owner = forest.owner()[calls]
-    per_stack = Totals.grouped(owner, stack[calls], _node_values(forest, calls))
-    outside = _outside(forest, stack, interner)
+    owner, outside, outside_values = _outside(forest, stack, interner)
+    per_stack = Totals.grouped(
+        np.concatenate([forest.owner()[calls], owner]),
+        np.concatenate([stack[calls], outside]),
+        np.concatenate([_node_values(forest, calls), outside_values], axis=1),
+    )
     columns = interner.columns()
-    values = per_stack.values.copy()
-    values[TOTAL] *= columns.outermost[per_stack.key]  # recursion: count the outermost call
-    per_function = Totals.grouped(per_stack.owner, columns.leaf[per_stack.key], values)
+    of_calls = columns.functions[columns.leaf[per_stack.key]] != OUTSIDE_ID
+    values = per_stack.values[:, of_calls]
+    values[TOTAL] *= columns.outermost[per_stack.key[of_calls]]  # recursion: outermost call
+    keys = columns.leaf[per_stack.key[of_calls]]
+    per_function = Totals.grouped(per_stack.owner[of_calls], keys, values)
     per_function.key = columns.functions[per_function.key]
-    if len(outside):
-        per_stack = Totals.concat([per_stack, outside], [0, 0])
-        per_stack = per_stack.regroup(np.arange(len(forest.requests), dtype=np.int64))
     used = np.unique(per_stack.key).tolist()
     nodes = {interner.ids[s]: interner.row(s) for s in used}
     per_stack.key = columns.ids[per_stack.key]
