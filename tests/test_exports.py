@@ -292,6 +292,11 @@ def test_every_flamegraph_format_follows_the_value(server) -> None:
         assert strings[profile.default_sample_type] == value
         assert types == [("calls", "count")] + ([(value, "nanoseconds")] * (value != "calls"))
         assert sum(s.value[-1] for s in profile.sample) == sum(n for n, _ in stored.values())
+        document = server.get("/api/flamegraph", format="speedscope", value=value).json()
+        jsonschema.validate(document, SCHEMA)
+        [sampled] = document["profiles"]
+        assert sampled["unit"] == ("none" if value == "calls" else "nanoseconds")
+        assert sum(sampled["weights"]) == sum(n for n, _ in stored.values())
     calls = api_stacks(server, value="calls")
     assert all(n == c for n, c in calls.values())
     wall = api_stacks(server)
