@@ -302,6 +302,9 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
         wait_start_ns=[28],
         wait_ready_ns=[5],
         wait_ns=[10],
+        charged_node=[3],
+        charged_await_ns=[7],
+        charged_ready_ns=[2],
     )
 
     def node(i: int, function: str, start: int, end: int, self_ns: int, *children, **extra):
@@ -311,6 +314,8 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
             "start_ns": start,
             "end_ns": end,
             "self_ns": self_ns,
+            "self_await_ns": 0,
+            "self_ready_ns": 0,
             "active_ns": end - start,
             "await_ns": 0,
             "ready_ns": 0,
@@ -323,6 +328,7 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
     job = node(
         3, "shop:job", 25, 45, 20,
         active_ns=8, await_ns=10, ready_ns=2, max_slice_ns=5, suspensions=2, outcome="exception",
+        self_await_ns=7, self_ready_ns=2,
         waits=[{"start_ns": 28, "ready_ns": 33, "end_ns": 38}],
     )  # fmt: skip
     expected = [

@@ -105,17 +105,19 @@ def test_a_request_16000_calls_deep_round_trips(server) -> None:
         assert response.status_code == 200, (fmt, response.text[:200])
         exported[fmt] = response
     stacks = exported["json"].json()["stacks"]
-    # every stack of up to 2 * SHOWN_FRAMES frames whole, the deeper ones alike once elided
-    assert len(stacks) == 2 * SHOWN_FRAMES + 1
+    # every stack of up to 2 * SHOWN_FRAMES frames whole, the deeper ones alike once elided;
+    # and the lane's time outside the chain (its root's 1,000 ns)
+    assert stacks[0] == {"stack": "(outside profiled calls)", "value": 1_000, "calls": 0}
+    assert len(stacks) == 2 * SHOWN_FRAMES + 2
     assert sum(s["calls"] for s in stacks) == DEEP
-    assert sum(s["self_ns"] for s in stacks) == 1_000
+    assert sum(s["value"] for s in stacks) == 2 * 1_000
     levels = exported["grafana"].json()["fields"][0]["values"]
     assert max(levels) == 2 * SHOWN_FRAMES + 1  # under the `total` root
     profile = pprof_pb2.Profile.FromString(gzip.decompress(exported["pprof"].content))
     assert sum(sample.value[0] for sample in profile.sample) == DEEP
     assert max(len(sample.location_id) for sample in profile.sample) == 2 * SHOWN_FRAMES + 1
     sampled = exported["speedscope"].json()["profiles"][0]
-    assert sampled["weights"] == [1_000]
+    assert sampled["weights"] == [1_000, 1_000]
 
 
 def stack_bytes(path: str) -> int:

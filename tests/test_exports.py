@@ -41,7 +41,7 @@ def folded_totals(text: str) -> Counter:
 
 def api_stacks(server, **params: str) -> dict[str, tuple[int, int]]:
     body = server.get("/api/flamegraph", format="json", **params).json()
-    return {s["stack"]: (s["self_ns"], s["calls"]) for s in body["stacks"]}
+    return {s["stack"]: (s["value"], s["calls"]) for s in body["stacks"]}
 
 
 def slowest(server) -> tuple[dict, dict]:
@@ -231,7 +231,7 @@ def test_flamegraph_as_speedscope_sampled_profile(server) -> None:
     jsonschema.validate(document, SCHEMA)
     [profile] = document["profiles"]
     assert profile["type"] == "sampled" and profile["unit"] == "nanoseconds"
-    assert profile["name"] == document["name"] == "shop"
+    assert document["name"] == "shop" and profile["name"] == "shop (wall)"
     frames = [f["name"] for f in document["shared"]["frames"]]
     got = {
         ";".join(frames[i] for i in sample): weight
@@ -254,9 +254,9 @@ def test_flamegraph_as_gzipped_pprof(server) -> None:
     assert strings[0] == ""
     assert [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == [
         ("calls", "count"),
-        ("self", "nanoseconds"),
+        ("wall", "nanoseconds"),
     ]
-    assert strings[profile.default_sample_type] == "self"
+    assert strings[profile.default_sample_type] == "wall"
     functions = {f.id: f for f in profile.function}
     locations = {loc.id: loc for loc in profile.location}
     got = {}
@@ -272,6 +272,38 @@ def test_flamegraph_as_gzipped_pprof(server) -> None:
     assert sum(s.value[0] for s in profile.sample) == 3 * 6  # 3 requests of 6 calls
     query = next(f for f in functions.values() if strings[f.name] == "shop.views:query")
     assert (strings[query.filename], query.start_line) == ("views.py", 30)
+
+
+def test_every_flamegraph_format_follows_the_value(server) -> None:
+    load(server)
+    for value in ("running", "awaiting", "ready", "calls"):
+        stored = api_stacks(server, value=value)
+        body = server.get("/api/flamegraph", format="json", value=value).json()
+        assert (body["value"], body["unit"]) == (
+            value,
+            "count" if value == "calls" else "nanoseconds",
+        )
+        folded = server.get("/api/flamegraph", format="folded", value=value).text
+        assert folded_totals(folded) == {s: n for s, (n, _) in stored.items() if n > 0}
+        response = server.get("/api/flamegraph", format="pprof", value=value)
+        profile = pprof_pb2.Profile.FromString(gzip.decompress(response.content))
+        strings = profile.string_table
+        types = [(strings[t.type], strings[t.unit]) for t in profile.sample_type]
+        assert strings[profile.default_sample_type] == value
+        assert types == [("calls", "count")] + ([(value, "nanoseconds")] * (value != "calls"))
+        assert sum(s.value[-1] for s in profile.sample) == sum(n for n, _ in stored.values())
+        document = server.get("/api/flamegraph", format="speedscope", value=value).json()
+        jsonschema.validate(document, SCHEMA)
+        [sampled] = document["profiles"]
+        assert sampled["unit"] == ("none" if value == "calls" else "nanoseconds")
+        assert sum(sampled["weights"]) == sum(n for n, _ in stored.values())
+    calls = api_stacks(server, value="calls")
+    assert all(n == c for n, c in calls.values())
+    wall = api_stacks(server)
+    running = api_stacks(server, value="running")
+    assert wall == running  # these requests are plain calls: they never wait
+    bad = server.get("/api/flamegraph", value="self")
+    assert bad.status_code == 400 and "wall, running, awaiting, ready, calls" in bad.text
 
 
 def test_flamegraph_as_grafana_nested_set(server) -> None:
@@ -361,10 +393,16 @@ def test_stacks_are_pushed_to_pyroscope_ingest(start_server, tmp_path, receiver)
     )
     load(server, "shop")
     load(server, "shop {eu}")
-    for service, name in (("shop", "shop.wall{}"), ("shop {eu}", "shop__eu_.wall{}")):
-        stored = {s: n for s, (n, _) in api_stacks(server, service=service).items() if n > 0}
-        assert stored
-        assert eventually(lambda n=name, s=stored: pushed_stacks(receiver, n) == s)
+    for service, app in (("shop", "shop"), ("shop {eu}", "shop__eu_")):
+        for value in ("wall", "running"):  # `.wall` is true wall; running its own type
+            stored = {
+                s: n
+                for s, (n, _) in api_stacks(server, service=service, value=value).items()
+                if n > 0
+            }
+            assert stored
+            name = f"{app}.{value}{{}}"
+            assert eventually(lambda n=name, s=stored: pushed_stacks(receiver, n) == s)
     for push in receiver.received:
         assert push["path"] == "/ingest"
         query = {k: v[0] for k, v in push["query"].items()}

@@ -73,6 +73,56 @@ def test_an_awaited_sleep_is_wall_time_not_active_time(stack):
     assert handler["end_ns"] - handler["start_ns"] >= wall
 
 
+def lane_times(request: dict) -> dict[str, tuple[int, int]]:
+    """Per lane: (running + awaiting + ready of its calls and root, the lane's duration)."""
+    states = ("self_ns", "self_await_ns", "self_ready_ns")
+    return {
+        lane["id"]: (
+            sum(n[state] for n in nodes(lane["root"]) for state in states),
+            lane["root"]["end_ns"] - lane["root"]["start_ns"],
+        )
+        for lane in request["lanes"]
+    }
+
+
+def assert_adds_up(request: dict) -> None:
+    for lane, (charged, duration) in lane_times(request).items():
+        assert charged == duration, (lane, charged, duration)
+    duration = round(request["duration_ms"] * 1e6)
+    assert abs(lane_times(request)["0"][1] - duration) <= 1  # the main lane is the request
+
+
+def test_a_slow_async_requests_wait_is_charged_to_the_coroutine_that_awaits(stack):
+    server, _ = stack
+    request = fetch(stack, "/slow?ms=120", "/slow")
+    assert_adds_up(request)
+    sleeper = only(request, "profiling_target.delays:call_slow_upstream_async")
+    assert sleeper["self_await_ns"] + sleeper["self_ready_ns"] >= 110 * MS
+    handler = only(request, "profiling_target.asgi:slow")
+    assert handler["self_await_ns"] == 0  # the innermost profiled coroutine waits, not its callers
+
+    def stacks(value: str) -> dict[str, int]:
+        body = httpx.get(
+            f"{server.http}/api/flamegraph",
+            params={"route": "/slow", "format": "json", "value": value},
+            timeout=30,
+        ).json()
+        assert body["value"] == value
+        return {s["stack"]: s["value"] for s in body["stacks"]}
+
+    wall, running, awaiting, ready = map(stacks, ("wall", "running", "awaiting", "ready"))
+    for name, total in wall.items():
+        assert total == running.get(name, 0) + awaiting.get(name, 0) + ready.get(name, 0)
+    (slept,) = [n for n in awaiting if n.endswith("delays:call_slow_upstream_async")]
+    assert awaiting[slept] >= 110 * MS > running[slept]
+    assert wall[slept] >= 110 * MS
+
+
+def test_fan_out_lanes_each_add_up(stack):
+    assert_adds_up(fetch(stack, "/report?orders=20", "/report"))  # a TaskGroup's tasks
+    assert_adds_up(fetch(stack, "/products/3", "/products/{product_id:int}"))  # pool threads
+
+
 def test_a_busy_loop_is_active_time(stack):
     request = fetch(stack, "/block?ms=80", "/block")
     busy = only(request, "profiling_target.delays:crunch_numbers")
@@ -164,6 +214,11 @@ def test_waiting_for_a_busy_loop_is_ready_time_not_await_time(stack, tmp_path: P
     assert hog["self_ns"] >= 190 * MS
     setter = only(request, "__main__:setter")
     assert setter["max_slice_ns"] >= 190 * MS  # the slice that held the loop
+    # the flame graph's states: the waiter's stack awaits, then is ready; every lane adds up
+    assert 40 * MS <= waiter["self_await_ns"] < 150 * MS
+    assert 180 * MS <= waiter["self_ready_ns"] < 400 * MS
+    for lane, (charged, duration) in lane_times(request).items():
+        assert charged == duration, lane
 
 
 ENDINGS_SCRIPT = """

@@ -24,7 +24,8 @@ from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.api import params, spec
 from profiler_server.assembly import problems as P
-from profiler_server.assembly.totals import Totals
+from profiler_server.assembly.flatten import OUTSIDE_NAME
+from profiler_server.assembly.totals import AWAITING, CALLS, READYING, SELF, WIDTH, Totals
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
 from profiler_server.metrics import health
 from profiler_server.metrics.profiles import OTHER, ProfileMetrics, TopK
@@ -156,8 +157,9 @@ def chain_request(builder: BatchBuilder, rid: int, route: str, chain: list[int])
 
 
 def flamegraph(server, **params: str) -> dict[str, tuple[int, int]]:
-    body = server.get("/api/flamegraph", format="json", **params).json()
-    return {s["stack"]: (s["self_ns"], s["calls"]) for s in body["stacks"]}
+    """Running time (what profiler_stack_self_seconds counts) and calls per stack."""
+    body = server.get("/api/flamegraph", format="json", **{"value": "running", **params}).json()
+    return {s["stack"]: (s["value"], s["calls"]) for s in body["stacks"]}
 
 
 def stored_requests(server, **params: str) -> list[dict]:
@@ -165,9 +167,11 @@ def stored_requests(server, **params: str) -> list[dict]:
 
 
 def tree_totals(server, request_id: str) -> tuple[int, int]:
-    """(self ns, calls) over a stored request's call tree, lane roots left out."""
+    """(self ns, calls) over a stored request's call tree: the lane roots' self time (on the
+    `(outside profiled calls)` stacks) included, the roots not counted as calls."""
     body = server.get(f"/api/requests/{request_id}").json()
-    self_ns = calls = 0
+    self_ns = sum(lane["root"]["self_ns"] for lane in body["lanes"])
+    calls = 0
     work = [child for lane in body["lanes"] for child in lane["root"]["children"]]
     while work:
         node = work.pop()
@@ -275,6 +279,38 @@ def test_profile_collector_describes_without_collecting() -> None:
     assert calls == ["collect"]
 
 
+def test_stack_waits_are_series_of_their_own_within_the_same_top_k() -> None:
+    """A stack that mostly awaits ranks by its wall time, and its waits are its own series
+    by state; the stack that lost its place goes to `(other)` in every series."""
+    registry = CollectorRegistry(auto_describe=True)
+    metrics = ProfileMetrics(registry, top_k=1, max_functions=10, max_routes=10)
+    row = {"service": "shop", "route": "/slow", "duration_ns": 2_000}
+    values = np.zeros((WIDTH, 2), dtype=np.int64)
+    values[CALLS] = 1
+    values[SELF] = (500, 10)  # stack 1 runs 500 ns; stack 2 runs 10, awaits 900, ready 90
+    values[AWAITING] = (0, 900)
+    values[READYING] = (0, 90)
+    owner = np.zeros(2, dtype=np.int64)
+    stacks = Totals(owner, np.array([1, 2]), values)
+    names = {1: "app:busy", 2: "app:sleepy"}
+    none = Totals(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), values[:, :0])
+    metrics.record(StoredRequests([row], [b""], stacks, none, {}, names.get), {})
+    samples = [s for family in registry.collect() for s in family.samples]
+
+    def series(name: str) -> dict[tuple[str, ...], float]:
+        return {
+            (s.labels["stack"], *([s.labels["state"]] if "state" in s.labels else [])): s.value
+            for s in samples
+            if s.name == name
+        }
+
+    assert series(STACK_SELF) == {("app:sleepy",): approx(10e-9), (OTHER,): approx(500e-9)}
+    assert series("profiler_stack_wait_seconds_total") == {
+        ("app:sleepy", "awaiting"): approx(900e-9),
+        ("app:sleepy", "ready"): approx(90e-9),
+    }
+
+
 def test_route_service_and_function_labels_are_bounded() -> None:
     """Routes (a raw path when the framework has no template), services and function names
     come from hosts; each label value stays within the limit, in UTF-8 bytes."""
@@ -284,7 +320,7 @@ def test_route_service_and_function_labels_are_bounded() -> None:
     service = "s" + "ß" * 1500
     function = "m:" + "ф" * 1500
     row = {"service": service, "route": long_route, "duration_ns": 1_000_000}
-    totals = [1, 500, 400, 500, 0, 0, 500, 500]
+    totals = [1, 500, 400, 500, 0, 0, 500, 500, 0, 0]  # totals.py columns
     one = np.zeros(1, dtype=np.int64)
     stored = StoredRequests(
         [row],
@@ -368,7 +404,15 @@ def test_metrics_are_the_stored_totals(server) -> None:
         assert longest[name] == approx(f["max_ns"] * NS)
         assert f["max_ns"] > 0
     assert sum(metric["calls_total"].values()) == all_calls
-    assert sum(metric["self_seconds_total"].values()) == approx(all_self * NS)
+    # functions' self time is the stacks' but the time outside profiled calls (no function's)
+    outside = sum(
+        n
+        for route in ("/items/{id}", "/users/{id}")
+        for stack, (n, _) in flamegraph(server, service="shop", route=route).items()
+        if stack.endswith(OUTSIDE_NAME)
+    )
+    assert 0 < outside < all_self
+    assert sum(metric["self_seconds_total"].values()) == approx((all_self - outside) * NS)
 
     # request durations: one observation per stored request, per route
     for route, count in (("/items/{id}", 5), ("/users/{id}", 3)):
@@ -447,9 +491,11 @@ def test_top_k_bounds_stack_series_with_sticky_membership(start_server, db_url) 
     first = Scrape(server)
     series = stacks(first, "shop")
     heaviest = {names[1], names[2], names[3]}
-    assert set(series) == heaviest | {OTHER}  # 6 stacks: 3 members + the rest
-    assert series[OTHER] == approx((30_000 + 20_000 + 10_000) * NS)
-    assert sum(series.values()) == approx(sum(weight.values()) * NS)
+    # 7 stacks: 3 members + the rest, the 1 µs gaps around the 6 calls (outside profiled
+    # calls) among them
+    assert set(series) == heaviest | {OTHER}
+    assert series[OTHER] == approx((30_000 + 20_000 + 10_000 + 7 * 1_000) * NS)
+    assert sum(series.values()) == approx((sum(weight.values()) + 7 * 1_000) * NS)
     assert first.by("stack", STACK_CALLS, service="shop")[OTHER] == 3
 
     # later, non-members get far heavier (and a new stack appears): membership stays
@@ -469,13 +515,13 @@ def test_top_k_bounds_stack_series_with_sticky_membership(start_server, db_url) 
         assert set(now) == heaviest | {OTHER}
         assert now[names[1]] == approx((60_000 + 5_000) * NS)
         assert now[names[2]] == series[names[2]] and now[names[3]] == series[names[3]]
-        assert now[OTHER] == approx(series[OTHER] + 3.0)
+        assert now[OTHER] == approx(series[OTHER] + 3.0 + 4 * 1_000 * NS)
         stored = flamegraph(server, service="shop")
-        assert len(stored) == 7
+        assert len(stored) == 8
         assert sum(now.values()) == approx(sum(v[0] for v in stored.values()) * NS)
         assert sum(later.by("stack", STACK_CALLS, service="shop").values()) == 9
         assert set(stacks(later, "billing")) == {names[7], names[8], names[9], OTHER}
-        assert stacks(later, "billing")[OTHER] == approx(1_000 * NS)
+        assert stacks(later, "billing")[OTHER] == approx((1_000 + 5 * 1_000) * NS)
     labels = {s.labels["stack"] for s in later.select(STACK_SELF)}
     assert len(labels - {OTHER}) <= 3 * 2  # bounded: k per service
     shop.close()

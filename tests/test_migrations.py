@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import Engine, event, inspect, select, text
+from sqlalchemy import Column, Engine, MetaData, Table, event, inspect, select, text
 
-from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.flatten import OUTSIDE_ID, OUTSIDE_NAME, stable_id
 from profiler_server.assembly.stacktree import stack_id
 from profiler_server.storage import migrations, queries, schema
 from profiler_server.storage.engine import open_engine
@@ -20,15 +20,30 @@ MINUTES = (1000, 1001, 1060)  # three buckets: two adjacent, one an hour later
 HANDLER, QUERY = stable_id("shop:handler"), stable_id("db:query")  # as ingest names them
 
 
+# stack_buckets as versions 1 to 5 made it: no await_ns, ready_ns
+V4_STACK_BUCKETS = Table(
+    schema.stack_buckets.name,
+    MetaData(),
+    *(
+        Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+        for c in schema.stack_buckets.columns
+        if c.name not in ("await_ns", "ready_ns")
+    ),
+)
+
+
 def v1_database(url: str) -> Engine:
     """A database as a v1 server leaves it: only the first migration, version 1, some data."""
     engine = open_engine(url)
     with engine.begin() as conn:
         migrations.MIGRATIONS[0](conn)
         conn.execute(schema.schema_version.insert().values(version=1))
-        # v1 made the signatures' table (the tables of today are made by v1's create_all)
+        # v1 made the signatures' table, and stack buckets without waits (the tables of
+        # today are made by v1's create_all)
         schema.stack_nodes.drop(conn)
         migrations.legacy_stacks.create(conn)
+        schema.stack_buckets.drop(conn)
+        V4_STACK_BUCKETS.create(conn)
         conn.execute(
             migrations.legacy_stacks.insert(),
             [
@@ -64,7 +79,7 @@ def v1_database(url: str) -> Engine:
                             "max_slice_ns": self_ns,
                         }
                     )
-        conn.execute(schema.stack_buckets.insert(), stack_rows)
+        conn.execute(V4_STACK_BUCKETS.insert(), stack_rows)
         conn.execute(schema.function_buckets.insert(), function_rows)
         conn.execute(
             schema.requests.insert().values(
@@ -106,12 +121,12 @@ def stack_rows(engine: Engine) -> tuple[list[tuple], list[tuple]]:
         buckets = conn.execute(select(schema.stack_buckets)).all()
     by_id = {sid: (parent, function) for sid, parent, function in nodes}
     rows = []
-    for minute, service, route, sid, self_ns, calls in buckets:
+    for minute, service, route, sid, *values in buckets:
         frames = []
         while sid:
             sid, function = by_id[sid]
             frames.append(function)
-        rows.append((minute, service, route, tuple(frames[::-1]), self_ns, calls))
+        rows.append((minute, service, route, tuple(frames[::-1]), *values))
     return sorted(rows), nodes
 
 
@@ -137,14 +152,16 @@ def test_a_v1_database_is_upgraded_and_keeps_its_data(db_url) -> None:
     try:
         before = contents(engine)
         with engine.connect() as conn:
-            legacy_buckets = conn.execute(select(schema.stack_buckets)).all()
+            legacy_buckets = conn.execute(select(V4_STACK_BUCKETS)).all()
         assert v2_indexes(engine) == {}
         assert migrations.upgrade(engine) == 1
         with engine.connect() as conn:
             assert migrations.current_version(conn) == migrations.LATEST
             versions = conn.execute(select(schema.schema_version.c.version)).scalars().all()
             assert versions == [migrations.LATEST]
-        assert contents(engine) == before
+        # v6 adds the function a lane's time outside profiled calls goes to
+        outside = (OUTSIDE_ID, OUTSIDE_NAME, "", 0, 0)
+        assert contents(engine) == {**before, "functions": sorted([*before["functions"], outside])}
         assert v2_indexes(engine) == expected_indexes(engine)
         with engine.connect() as conn:
             assert not inspect(conn).has_table(migrations.legacy_stacks.name)
@@ -152,8 +169,8 @@ def test_a_v1_database_is_upgraded_and_keeps_its_data(db_url) -> None:
         outer = stack_id(0, HANDLER)
         assert nodes == sorted([(outer, 0, HANDLER), (stack_id(outer, QUERY), outer, QUERY)])
         frames = {1: (HANDLER,), 2: (HANDLER, QUERY)}
-        assert buckets == sorted(
-            (minute, service, route, frames[sid], self_ns, calls)
+        assert buckets == sorted(  # v6: no waits known before it
+            (minute, service, route, frames[sid], self_ns, calls, 0, 0)
             for minute, service, route, sid, self_ns, calls in legacy_buckets
         )
         assert migrations.upgrade(engine) == migrations.LATEST  # then left alone

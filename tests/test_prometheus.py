@@ -48,8 +48,8 @@ def stored(server) -> tuple[dict[str, float], int, dict[str, int], int]:
     per_route: dict[str, float] = {}
     calls = 0
     for route in ("/items/{id}", "/users/{id}", "/deep"):
-        body = server.get("/api/flamegraph", format="json", route=route).json()
-        per_route[route] = sum(s["self_ns"] for s in body["stacks"]) * 1e-9
+        body = server.get("/api/flamegraph", format="json", route=route, value="running").json()
+        per_route[route] = sum(s["value"] for s in body["stacks"]) * 1e-9
         calls += sum(s["calls"] for s in body["stacks"])
     functions = {
         f["function"]: f["calls"] for f in server.get("/api/functions").json()["functions"]

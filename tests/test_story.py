@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from profiler_server.exports.folded import WALL_FIELDS
 from tests.helpers import eventually, nodes, stored_requests
 from tests.processes import GUNICORN, UVICORN, HttpProcess, ServerProcess, serve_profiled
 from tests.prometheus_server import Prometheus, running_prometheus
@@ -419,8 +420,10 @@ def stored_by_route(http: str, service: str) -> Counter:
     return Counter(r["route"] for r in stored_requests(http, service=service))
 
 
-def flamegraph(http: str, service: str, route: str | None = None) -> list[dict]:
-    params = {"service": service, "format": "json"}
+def flamegraph(
+    http: str, service: str, route: str | None = None, value: str = "running"
+) -> list[dict]:
+    params = {"service": service, "format": "json", "value": value}
     if route is not None:
         params["route"] = route
     response = httpx.get(http + "/api/flamegraph", params=params, timeout=30)
@@ -517,7 +520,8 @@ def test_user_story(db_url: str, tmp_path: Path, setup: AppSetup) -> None:
         # 2. each stored tree has the calls its route's code implies, sized by its answer
         kinds = {route: kind for kind, route in web.routes.items()}
         shapes: dict[str, list[tuple]] = defaultdict(list)
-        tree_self: dict[str, int] = defaultdict(int)
+        tree_self: dict[str, int] = defaultdict(int)  # running, the lanes' roots included
+        tree_wall: dict[str, int] = defaultdict(int)  # every state: the lanes' durations
         for summary in stored:
             if summary["route"] not in kinds:
                 continue  # /health polls, recorded at rate 1000
@@ -528,7 +532,11 @@ def test_user_story(db_url: str, tmp_path: Path, setup: AppSetup) -> None:
             assert request["method"] == ("POST" if kind == "checkout" else "GET")
             shapes[kind].append(CHECKS[kind](request, web))
             for lane in request["lanes"]:
-                tree_self[summary["route"]] += sum(n["self_ns"] for n in nodes(lane["root"])[1:])
+                lane_nodes = nodes(lane["root"])
+                tree_self[summary["route"]] += sum(n["self_ns"] for n in lane_nodes)
+                lane_wall = sum(n[field] for n in lane_nodes for field in WALL_FIELDS)
+                assert lane_wall == lane["root"]["end_ns"] - lane["root"]["start_ns"]
+                tree_wall[summary["route"]] += lane_wall
         for kind in web.routes:
             assert sorted(shapes[kind]) == sorted(
                 s.shape for s in sent if s.kind == kind and s.sampled
@@ -547,9 +555,12 @@ def test_user_story(db_url: str, tmp_path: Path, setup: AppSetup) -> None:
         for kind, route in web.routes.items():
             stacks = flamegraph(server.http, service, route)
             per_stack.update({(route, s["stack"]): s for s in stacks})
-            stored_self[route] = sum(s["self_ns"] for s in stacks)
-            # the aggregate holds every call of the stored trees, lanes included
+            stored_self[route] = sum(s["value"] for s in stacks)
+            # the aggregate holds every call of the stored trees, lanes included, and all of
+            # the lanes' time
             assert stored_self[route] == tree_self[route] > 0
+            wall = flamegraph(server.http, service, route, value="wall")
+            assert sum(s["value"] for s in wall) == tree_wall[route] >= tree_self[route]
             calls = {s["stack"]: s["calls"] for s in stacks}
             for signature, expected_calls in expected_stacks(web, kind, shapes[kind]).items():
                 assert int(folded.get(signature, 0)) > 0, (signature, sorted(folded)[:20])
@@ -563,7 +574,7 @@ def test_user_story(db_url: str, tmp_path: Path, setup: AppSetup) -> None:
             for signature, expected_calls in expected_stacks(web, kind, shapes[kind]).items():
                 series = f"{where}, route={label(route)}, stack={label(signature)}"
                 seconds = prom.scalar(f"profiler_stack_self_seconds_total{{{series}}}")
-                assert seconds == pytest.approx(per_stack[route, signature]["self_ns"] * 1e-9)
+                assert seconds == pytest.approx(per_stack[route, signature]["value"] * 1e-9)
                 assert prom.scalar(f"profiler_stack_calls_total{{{series}}}") == expected_calls
                 rate = prom.scalar(f"rate(profiler_stack_self_seconds_total{{{series}}}[1m])")
                 assert rate is not None and rate > 0, (signature, rate)

@@ -519,6 +519,36 @@ def test_flame_graph_roots_per_service_search_zoom_and_reset(server, page: Page)
     assert not [b for b in drawn(page, "flame") if b["label"].startswith("service ")]
 
 
+def share_of(page: Page, label: str) -> float:
+    """The share of the flame graph's width the frames named `label` take."""
+    [root] = boxes(page, "flame", "all")
+    return sum(b["w"] for b in boxes(page, "flame", label)) / root["w"]
+
+
+def test_flame_graph_value_picker_sizes_frames_by_wall_or_one_state(server, page: Page) -> None:
+    """The 300 ms awaited sleep is most of the wall time, and next to none of the running."""
+    calls = api_calls(page, "/api/flamegraph")
+    page.goto(server.http + "/#/flame?service=shop-async")
+    shown(page, "flame")
+    assert calls[-1]["value"] == "wall" and page.input_value("#f-value") == "wall"
+    wall = share_of(page, SLEEPER)
+    assert wall > 0.3
+    page.screenshot(path=ARTIFACTS / "flame-wall.png")
+    for value in ("running", "awaiting"):
+        before = page.evaluate("window.__profilerUI.loaded.flame")
+        page.select_option("#f-value", value)
+        page.click("form.filters button[type=submit]")
+        page.wait_for_function(f"window.__profilerUI.loaded.flame > {before}")
+        assert f"value={value}" in page.evaluate("location.hash")
+        assert calls[-1]["value"] == value
+        page.screenshot(path=ARTIFACTS / f"flame-{value}.png")
+        if value == "running":
+            assert share_of(page, SLEEPER) < wall / 10
+        else:
+            assert share_of(page, SLEEPER) > wall  # the sleep is nearly all of the waits
+    assert "value=awaiting" in page.get_attribute("a:text('pprof')", "href")
+
+
 def test_compare_defaults_to_the_preceding_window_and_names_an_empty_side(
     server, page: Page
 ) -> None:

@@ -19,6 +19,7 @@ from starlette.routing import Route
 from profiler_server import exports
 from profiler_server.api import openapi, params, spec, views
 from profiler_server.assembly import request_tree, summary
+from profiler_server.assembly.states import VALUES
 from profiler_server.metrics.health import ServerHealth
 from profiler_server.storage import queries, route_stats
 from profiler_server.ui import routes as ui_routes
@@ -135,11 +136,12 @@ def build_app(
         fmt = exports.FORMATS[a["format"]]
         where = _range(a)
         aggregate = exports.Aggregate(
-            queries.stack_totals(engine, **where),
+            queries.stack_totals(engine, **where, value=VALUES[a["value"]]),
             title=" ".join(filter(None, (where["service"], where["route"]))) or "all requests",
             since_ns=where["since_ns"],
             until_ns=where["until_ns"],
             sources=_sources,
+            value=VALUES[a["value"]],
         )
         binary = fmt.media_type == "application/octet-stream"
         headers = _attachment(f"flamegraph.{fmt.extension}") if binary else None

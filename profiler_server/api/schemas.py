@@ -3,6 +3,8 @@ as JSON Schema for the OpenAPI document. Objects may gain fields, so none is clo
 
 from __future__ import annotations
 
+from profiler_server.assembly.states import VALUES
+
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -40,6 +42,8 @@ _NODE = {
     "start_ns": INT,
     "end_ns": INT,
     "self_ns": INT,
+    "self_await_ns": INT,
+    "self_ready_ns": INT,
     "active_ns": INT,
     "await_ns": INT,
     "ready_ns": INT,
@@ -151,10 +155,12 @@ COMPONENTS: dict[str, dict] = {
     ),
     "Stacks": _object(
         {
+            "value": {"type": "string", "enum": list(VALUES)},
+            "unit": {"type": "string", "enum": sorted({v.unit for v in VALUES.values()})},
             "stacks": {
                 "type": "array",
-                "items": _object({"stack": STRING, "self_ns": INT, "calls": INT}),
-            }
+                "items": _object({"stack": STRING, "value": INT, "calls": INT}),
+            },
         }
     ),
 }

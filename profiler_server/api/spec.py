@@ -17,6 +17,7 @@ from profiler_server.api.params import (
     Timestamp,
 )
 from profiler_server.api.schemas import ref
+from profiler_server.assembly.states import VALUES
 from profiler_server.storage import schema
 from profiler_server.ui import STATIC
 
@@ -166,6 +167,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         (
             *RANGE,
             Choice(name="format", description="output format", choices=exports.AGGREGATE_FORMATS),
+            Choice(
+                name="value",
+                description="what stacks are weighed by: "
+                + "; ".join(f"{v.name}: {v.description}" for v in VALUES.values()),
+                choices=tuple(VALUES),
+            ),
         ),
         {200: Answer("the stacks", _formats(exports.AGGREGATE_FORMATS)), **BAD},
     ),

@@ -45,12 +45,18 @@ READY_EVENT = int(EventKind.READY)
 
 
 class _Lane:
-    __slots__ = ("last", "root", "stack")
+    """A lane being rebuilt. `chain` and `innermost` are the outermost and innermost calls
+    of the lane's last run of suspensions (an await chain suspends innermost first);
+    `waiting` is that innermost call when the run emptied the lane's stack (-1: none):
+    while it stays suspended and nothing runs in the lane, the lane waits on it."""
+
+    __slots__ = ("chain", "innermost", "last", "root", "stack", "waiting")
 
     def __init__(self, root: int, start: int) -> None:
         self.root = root
         self.stack: list[int] = []
         self.last = start
+        self.chain = self.innermost = self.waiting = -1
 
 
 def _columns(
@@ -141,6 +147,18 @@ class _Repairs:
             waits.append((node, extra[SUSPENDED_AT], extra[READY_AT], t))
         _end_wait(extra, t)
 
+    def idle(self, lane: _Lane, t: int) -> None:
+        """Charges the time since the lane's last event, when nothing ran in it: to the await
+        chain it waits on (awaiting until woken, then ready), else to the lane's root."""
+        tree, waiting = self.tree, lane.waiting
+        extra = tree.extras.get(waiting) if waiting >= 0 else None
+        if extra is None or extra[SUSPENDED_AT] < 0:
+            tree.self_ns[lane.root] += t - lane.last
+        else:
+            charged = tree.charged.setdefault(waiting, [0, 0])
+            charged[extra[READY_AT] >= 0] += t - lane.last
+        lane.last = t
+
     def unwind(self, node: int, t: int) -> None:
         """Pops running `node` off its lane's stack, closing (truncated) whatever was left
         open above it. Searched from the top: a call whose exit was lost lies just above
@@ -184,12 +202,18 @@ class _Repairs:
             _end_slice(extra, t)
             extra[SUSPENDED_AT] = t
             extra[SUSPENSIONS] += 1
+            owner = self.stack_of[node]
+            if owner.chain < 0 or tree.parent[owner.chain] != node:
+                owner.innermost = node  # a chain suspends innermost first: a new one
+            owner.chain = node  # else `node` awaited the chain's outermost so far
+            owner.waiting = -1 if owner.stack else owner.innermost
         elif kind == RESUME:
             if extra is None or extra[SUSPENDED_AT] < 0:
                 self.problems[P.RESUME_WITHOUT_SUSPEND] += 1
                 return
             self.end_wait(node, extra, t)
             extra[SLICE_START] = t
+            self.stack_of[node].waiting = lane.waiting = -1
             lane.stack.append(node)
             self.stack_of[node] = lane
         elif extra is not None and extra[SUSPENDED_AT] >= 0 and extra[READY_AT] < 0:
@@ -201,9 +225,11 @@ class _Repairs:
         tree = self.tree
         for lane_id, lane in self.lanes.items():
             stack = lane.stack
-            if end > lane.last and (stack or lane_id == MAIN_LANE):
-                tree.self_ns[stack[-1] if stack else lane.root] += end - lane.last
+            if end > lane.last and stack:
+                tree.self_ns[stack[-1]] += end - lane.last
                 lane.last = end
+            elif end > lane.last and (lane_id == MAIN_LANE or lane.waiting >= 0):
+                self.idle(lane, end)  # a lane still waiting at the end lasts until then
             while stack:
                 self.close(stack.pop(), end, Outcome.TRUNCATED)
                 if lane_id not in self.running:
@@ -213,7 +239,9 @@ class _Repairs:
         for spawned in reversed(tree.lanes):  # a lane lasts at least as long as its children
             if spawned.parent_lane is not None:
                 parent_root = roots[spawned.parent_lane]
-                tree.end[parent_root] = max(tree.end[parent_root], tree.end[spawned.root])
+                if tree.end[spawned.root] > tree.end[parent_root]:
+                    tree.self_ns[parent_root] += tree.end[spawned.root] - tree.end[parent_root]
+                    tree.end[parent_root] = tree.end[spawned.root]
         lane_of_root = {root: lane_id for lane_id, root in roots.items()}
         suspended = [node for node in tree.extras if tree.end[node] < 0]
         root_of = self.roots() if suspended else []
@@ -332,7 +360,11 @@ def assemble(
             )
             stack, last, root = lane.stack, lane.last, lane.root
         if t > last:
-            sf[stack[-1] if stack else root] += t - last
+            if stack:
+                sf[stack[-1]] += t - last
+            else:
+                lane.last = last
+                repairs.idle(lane, t)
             last = t
         if kind == ENTER:
             call_node[call] = len(fn)

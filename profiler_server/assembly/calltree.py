@@ -35,6 +35,9 @@ class CallTree:
     # Sparse columns: only calls that suspended, or did not simply return.
     extras: dict[int, list[int]] = field(default_factory=dict)
     outcomes: dict[int, Outcome] = field(default_factory=dict)
+    # Time each call waited as its lane's innermost suspended await chain, while nothing ran
+    # in the lane (node -> [awaiting ns, ready ns]): the lane's waits, charged to one stack.
+    charged: dict[int, list[int]] = field(default_factory=dict)
     # (node, suspended, ready or -1, resumed) per suspension, up to MAX_WAITS
     waits: list[tuple[int, int, int, int]] = field(default_factory=list)
     lanes: list[LaneTree] = field(default_factory=list)

@@ -23,10 +23,12 @@ from profiler_server.assembly.stored import stored_trees
 from profiler_server.assembly.totals import (
     ACTIVE,
     AWAIT,
+    AWAITING,
     CALLS,
     MAX,
     MAX_SLICE,
     READY,
+    READYING,
     SELF,
     TOTAL,
     WIDTH,
@@ -45,6 +47,12 @@ _FUNCTION_MASK = (1 << _FUNCTION_BITS) - 1
 _NARROW = 64  # levels with fewer nodes are interned node by node, the others with NumPy
 MORE_UNKNOWN = "(more unknown functions)"  # undefined ids past StackInterner's max_names
 MORE_UNKNOWN_ID = -(1 << _FUNCTION_BITS) - 1  # below every (unknown function N)'s -N - 1
+# The frame a lane's time goes to while no profiled call runs or waits in it (framework code
+# around the handler, a task before its first profiled call): its stack is the lane's plus
+# this frame, so every nanosecond of a lane lands on a stack. Its `functions` row comes with
+# the schema (migrations._v6).
+OUTSIDE_NAME = "(outside profiled calls)"
+OUTSIDE_ID = stable_id(OUTSIDE_NAME)
 
 
 @dataclass
@@ -86,6 +94,7 @@ class StackInterner:
         self.unknown = 0  # stacks whose leaf function was never defined
         self.over_names = 0  # lookups of undefined ids past max_names
         self._more: dict[int, int] = {}  # parent stack -> its (more unknown functions) child
+        self._outside: dict[int, int] = {}  # lane's stack -> its OUTSIDE_NAME stack
         self._columns = tuple(_Growing(t) for t in (np.int64, np.int64, bool, np.int64))
 
     def child(self, parent: int, fid: int) -> int:
@@ -107,6 +116,13 @@ class StackInterner:
         self.names[fid] = name
         index = self.index[key] = self._add(parent, gid, name)
         return index
+
+    def outside(self, parent: int) -> int:
+        """The stack of a lane's time outside profiled calls, the lane's stack `parent`."""
+        found = self._outside.get(parent)
+        if found is None:
+            found = self._outside[parent] = self._add(parent, OUTSIDE_ID, OUTSIDE_NAME)
+        return found
 
     def _add(self, parent: int, gid: int, name: str) -> int:
         index = self.tree.add(parent, name)
@@ -275,7 +291,23 @@ def _node_values(forest: Forest, calls: np.ndarray) -> np.ndarray:
     at = np.searchsorted(calls, forest.extra_node)  # calls that suspended
     for column, extra in zip((ACTIVE, AWAIT, READY, MAX_SLICE), forest.extras, strict=False):
         values[column, at] = extra
+    at = np.searchsorted(calls, forest.charged_node)  # calls their lanes waited on
+    values[AWAITING, at], values[READYING, at] = forest.charged
     return values
+
+
+def _outside(
+    forest: Forest, stack: np.ndarray, interners: Sequence[StackInterner], session: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The lane roots with time outside profiled calls (their self time) and, per root, the
+    lane's OUTSIDE_NAME stack in its session's interner: running time, but of no call."""
+    roots = np.flatnonzero((forest.function == LANE_ROOT) & (forest.self_ns > 0))
+    pairs = zip(session[roots].tolist(), stack[roots].tolist(), strict=True)
+    return roots, _int64([interners[s].outside(parent) for s, parent in pairs])
+
+
+def _int64(values: list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
 
 
 @dataclass
@@ -307,6 +339,7 @@ def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: 
     over_before = sum(i.over_names for i in used)
     session = request_session[forest.owner()]
     stack = _stacks(forest, used, session)
+    roots, outside = _outside(forest, stack, used, session)
     # the sessions' stacks side by side: a node's stack is its session's base + its index
     columns = [i.columns() for i in used]
     bases = np.cumsum([0, *(len(c.ids) for c in columns)])
@@ -316,12 +349,18 @@ def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: 
     leaf = _joined([c.leaf + b for c, b in zip(columns, function_bases.tolist(), strict=False)])
     functions = _joined([c.functions for c in columns])
     calls = np.flatnonzero(forest.function != LANE_ROOT)
-    owner = forest.owner()[calls]
-    joined = stack[calls] + bases[session[calls]]
-    per_stack = Totals.grouped(owner, joined, _node_values(forest, calls))
-    values = per_stack.values.copy()
-    values[TOTAL] *= outermost[per_stack.key]  # recursion: count the outermost call
-    per_function = Totals.grouped(per_stack.owner, leaf[per_stack.key], values)
+    outside_values = np.zeros((WIDTH, len(roots)), dtype=np.int64)
+    outside_values[SELF] = forest.self_ns[roots]
+    both = np.concatenate([calls, roots])
+    per_stack = Totals.grouped(
+        forest.owner()[both],
+        np.concatenate([stack[calls], outside]) + bases[session[both]],
+        np.concatenate([_node_values(forest, calls), outside_values], axis=1),
+    )
+    of_calls = functions[leaf[per_stack.key]] != OUTSIDE_ID
+    values = per_stack.values[:, of_calls]
+    values[TOTAL] *= outermost[per_stack.key[of_calls]]  # recursion: count the outermost call
+    per_function = Totals.grouped(per_stack.owner[of_calls], leaf[per_stack.key[of_calls]], values)
     dense = np.unique(per_function.key)
     of = np.searchsorted(function_bases, dense, side="right") - 1
     function_names = {

@@ -43,6 +43,9 @@ class Forest:
     # each suspension kept with its times (CallTree.waits): node ascending, then time
     wait_node: np.ndarray = field(default_factory=lambda: _int64([]))
     waits: np.ndarray = field(default_factory=_no_waits)  # rows: suspended, ready (-1), resumed
+    # calls that a lane waited on (CallTree.charged), ascending; rows: awaiting, ready ns
+    charged_node: np.ndarray = field(default_factory=lambda: _int64([]))
+    charged: np.ndarray = field(default_factory=lambda: np.zeros((2, 0), dtype=np.int64))
 
     @classmethod
     def of_trees(cls, assembled: Sequence[AssembledRequest]) -> Forest:
@@ -67,6 +70,11 @@ class Forest:
             for t, b in zip(trees, bases, strict=True)
             for n, *times in sorted(t.waits)
         ]
+        charged = [
+            (n + b, *t.charged[n])
+            for t, b in zip(trees, bases, strict=True)
+            for n in sorted(t.charged)
+        ]
         return cls(
             requests=list(assembled),
             lanes=[t.lanes for t in trees],
@@ -84,6 +92,8 @@ class Forest:
             outcome=np.array([o for _, o in outcomes], dtype=np.uint8),
             wait_node=_int64([w[0] for w in waits]),
             waits=_int64([w[1:] for w in waits]).T.reshape(3, len(waits)),
+            charged_node=_int64([c[0] for c in charged]),
+            charged=_int64([c[1:] for c in charged]).T.reshape(2, len(charged)),
         )
 
     @classmethod
@@ -117,6 +127,10 @@ class Forest:
                 [f.wait_node + b for f, b in zip(forests, bases, strict=True)]
             ),
             waits=np.concatenate([f.waits for f in forests], axis=1),
+            charged_node=np.concatenate(
+                [f.charged_node + b for f, b in zip(forests, bases, strict=True)]
+            ),
+            charged=np.concatenate([f.charged for f in forests], axis=1),
         )
 
     def __len__(self) -> int:

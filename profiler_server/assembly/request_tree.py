@@ -48,6 +48,8 @@ class Node:
     start_ns: int
     end_ns: int
     self_ns: int
+    self_await_ns: int  # what the lane waited on this call (assembly/states.py)
+    self_ready_ns: int
     active_ns: int
     await_ns: int
     ready_ns: int
@@ -66,6 +68,8 @@ MERGED_BY = {
     "start_ns": "min",
     "end_ns": "max",
     "self_ns": "sum",
+    "self_await_ns": "sum",
+    "self_ready_ns": "sum",
     "active_ns": "sum",
     "await_ns": "sum",
     "ready_ns": "sum",
@@ -111,6 +115,8 @@ class RequestTree:
     start_ns: np.ndarray
     end_ns: np.ndarray
     self_ns: np.ndarray
+    self_await_ns: np.ndarray
+    self_ready_ns: np.ndarray
     active_ns: np.ndarray
     await_ns: np.ndarray
     ready_ns: np.ndarray
@@ -159,6 +165,11 @@ def read(tree: tree_pb2.StoredTree) -> RequestTree:
     max_slice = duration.copy()
     suspensions = np.zeros(size, dtype=np.int64)
     suspended = np.array(tree.suspended_node, dtype=np.int64)
+    self_await = np.zeros(size, dtype=np.int64)
+    self_ready = np.zeros(size, dtype=np.int64)
+    charged = np.array(tree.charged_node, dtype=np.int64)
+    self_await[charged] = np.array(tree.charged_await_ns, dtype=np.int64)
+    self_ready[charged] = np.array(tree.charged_ready_ns, dtype=np.int64)
     for column, values in (
         (active, tree.active_ns),
         (await_ns, tree.await_ns),
@@ -187,6 +198,8 @@ def read(tree: tree_pb2.StoredTree) -> RequestTree:
         start_ns=start,
         end_ns=start + duration,
         self_ns=np.array(tree.self_ns, dtype=np.int64).reshape(size),
+        self_await_ns=self_await,
+        self_ready_ns=self_ready,
         active_ns=active,
         await_ns=await_ns,
         ready_ns=ready,

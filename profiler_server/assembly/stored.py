@@ -52,7 +52,13 @@ def _local_functions(
 
 
 def _head(
-    forest: Forest, r: int, names: list[str], extras: slice, outcomes: slice, waits: slice
+    forest: Forest,
+    r: int,
+    names: list[str],
+    extras: slice,
+    outcomes: slice,
+    waits: slice,
+    charged: slice,
 ) -> bytes:
     """Request r's fields but the per-node columns: names, lanes, sparse columns."""
     first = int(forest.offsets[r])
@@ -83,6 +89,11 @@ def _head(
         head.wait_start_ns.extend((suspended - forest.requests[r].start).tolist())
         head.wait_ready_ns.extend(np.where(ready >= 0, ready - suspended, -1).tolist())
         head.wait_ns.extend((resumed - suspended).tolist())
+    if charged.stop > charged.start:
+        head.charged_node.extend((forest.charged_node[charged] - first).tolist())
+        awaiting, ready = forest.charged[:, charged].tolist()
+        head.charged_await_ns.extend(awaiting)
+        head.charged_ready_ns.extend(ready)
     return head.SerializeToString()
 
 
@@ -110,12 +121,14 @@ def stored_trees(forest: Forest, names_of: Sequence[Callable[[int], str]]) -> li
     extras_at = np.searchsorted(forest.extra_node, offsets).tolist()
     outcomes_at = np.searchsorted(forest.outcome_node, offsets).tolist()
     waits_at = np.searchsorted(forest.wait_node, offsets).tolist()
+    charged_at = np.searchsorted(forest.charged_node, offsets).tolist()
     trees = []
     for r in range(len(forest.requests)):
         extras = slice(extras_at[r], extras_at[r + 1])
         outcomes = slice(outcomes_at[r], outcomes_at[r + 1])
         waits = slice(waits_at[r], waits_at[r + 1])
-        parts = [_head(forest, r, names[r], extras, outcomes, waits)]
+        charged = slice(charged_at[r], charged_at[r + 1])
+        parts = [_head(forest, r, names[r], extras, outcomes, waits, charged)]
         for number, data, at in encoded:
             parts.append(framing.field(number, data[at[r] : at[r + 1]].tobytes()))
         trees.append(b"".join(parts))

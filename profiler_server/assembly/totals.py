@@ -10,9 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 
 # The columns: calls, total wall (outermost calls only, for functions), self, active, await,
-# ready, longest call, longest active slice.
-CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE = range(8)
-WIDTH = 8
+# ready, longest call, longest active slice; then the time a lane waited with the call as its
+# innermost suspended await chain, awaiting and ready (a stack's states beside running, which
+# is SELF: over a lane's stacks, SELF + AWAITING + READYING is the lane's wall time).
+CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE, AWAITING, READYING = range(10)
+WIDTH = 10
 MAXIMA = (MAX, MAX_SLICE)
 _COMBINED_LIMIT = 2**62  # owner and key combined into one sort key while it fits in int64
 

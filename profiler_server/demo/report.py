@@ -11,6 +11,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from profiler_server.exports.folded import WALL_FIELDS
+
 
 def fetch(base: str, path: str, **params: object) -> bytes:
     query = f"?{urllib.parse.urlencode(params)}" if params else ""
@@ -42,20 +44,20 @@ def wait_settled(base: str, services: list[str], timeout: float = 30) -> Counter
 
 
 def save_flamegraph(base: str, path: Path, since: str) -> int:
-    """The folded stacks (`a;b;c <self_ns>` lines) of everything since `since`; returns lines."""
+    """The folded stacks (`a;b;c <wall ns>` lines) of everything since `since`; returns lines."""
     folded = fetch(base, "/api/flamegraph", format="folded", since=since).decode()
     path.write_text(folded)
     return len(folded.splitlines())
 
 
 def _own_times(node: dict, into: Counter[str]) -> None:
-    """Wall time in each function minus its callees': awaiting and sleeping count (an
-    awaited `asyncio.sleep` shows in the coroutine that awaits it, not in its callers)."""
+    """Each function's own share of the wall time: running, awaiting and ready (states.py),
+    as the flame graph's default value counts it (an awaited `asyncio.sleep` shows in the
+    innermost profiled coroutine that awaits it, not in its callers)."""
     todo = list(node["children"])  # iteratively: a call tree may be thousands deep
     while todo:
         child = todo.pop()
-        callees = sum(c["end_ns"] - c["start_ns"] for c in child["children"])
-        into[child["function"]] += child["end_ns"] - child["start_ns"] - callees
+        into[child["function"]] += sum(child[field] for field in WALL_FIELDS)
         todo.extend(child["children"])
 
 

@@ -2,8 +2,9 @@
 
 Like pyinstrument's renderers, an output format is one small module with one job: turn a
 stored request (its summary and typed lanes, assembly/request_tree.py) or an aggregate (the
-stacks of queries.stack_totals) into the bytes another tool reads. A module declares a
-`FORMAT`; the HTTP API looks formats up by name and never knows more than this record.
+stacks of queries.stack_totals, weighed by one value) into the bytes another tool reads. A
+module declares a `FORMAT`; the HTTP API looks formats up by name and never knows more than
+this record.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 import orjson
 
 from profiler_server.assembly.request_tree import Lane
+from profiler_server.assembly.states import WALL, Value
 
-Stacks = Sequence[tuple[str, int, int]]  # (signature "mod:qual;mod:qual", self ns, calls)
+Stacks = Sequence[tuple[str, int, int]]  # (signature "mod:qual;mod:qual", value, calls)
 Sources = Callable[[Sequence[str]], Mapping[str, tuple[str, int]]]  # names -> (file, line)
 
 
@@ -34,10 +36,12 @@ def _no_sources(_: Sequence[str]) -> Mapping[str, tuple[str, int]]:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """Stacks summed over a range; `sources` looks up where functions are defined (only the
+    """Stacks summed over a range, each weighed by `value` (states.VALUES: its own time in
+    some states, or its calls); `sources` looks up where functions are defined (only the
     formats that name files ask, so the others cost no query)."""
 
     stacks: Stacks
+    value: Value = WALL
     title: str = "all requests"
     since_ns: int | None = None
     until_ns: int | None = None

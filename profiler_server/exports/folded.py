@@ -1,10 +1,14 @@
-"""Folded stacks for flamegraph.pl, inferno and Pyroscope: `frame;frame;frame <self_ns>` per
-line, root first; stacks without self time are left out (they add nothing to a flame graph)."""
+"""Folded stacks for flamegraph.pl, inferno and Pyroscope: `frame;frame;frame <value>` per
+line, root first (a request's self ns, an aggregate's value); stacks of value 0 are left out
+(they add nothing to a flame graph)."""
 
 from __future__ import annotations
 
 from profiler_server.assembly.stacktree import StackTree
+from profiler_server.assembly.states import STATES
 from profiler_server.exports.base import Aggregate, Format, RequestProfile, Stacks
+
+WALL_FIELDS = tuple(state.node for state in STATES.values())  # a node's share of wall time
 
 
 def lines(stacks: Stacks) -> str:
@@ -12,7 +16,8 @@ def lines(stacks: Stacks) -> str:
 
 
 def request_stacks(profile: RequestProfile) -> list[tuple[str, int, int]]:
-    """(name, self ns, calls) per distinct stack of one request, in first-seen order;
+    """(name, wall ns, calls) per distinct stack of one request, in first-seen order (wall:
+    the node's time in every state, states.py);
     every lane's stacks start with the lane's root (its name, e.g. `GET /items/{id}`).
     Stacks are interned as a prefix tree (stacktree.py), so a deep request costs the same
     per call as a shallow one, and named as shown there (a deep one's middle elided)."""
@@ -28,7 +33,7 @@ def request_stacks(profile: RequestProfile) -> list[tuple[str, int, int]]:
             if stack is None:
                 stack = index[key] = tree.add(parent, node.function)
             found = totals.setdefault(stack, [0, 0])
-            found[0] += node.self_ns
+            found[0] += sum(getattr(node, field) for field in WALL_FIELDS)
             found[1] += 1
             todo.extend((child, stack) for child in reversed(node.children))
     named: dict[str, list[int]] = {}

@@ -56,10 +56,10 @@ def rows(stacks: Stacks) -> tuple[list[int], list[int], list[int], list[str]]:
 
 def render_aggregate(aggregate: Aggregate) -> bytes:
     levels, values, selfs, labels = rows(aggregate.stacks)
-    ns = {"unit": "ns"}
+    ns = {"unit": "ns" if aggregate.value.unit == "nanoseconds" else "short"}
     return json_bytes(
         {
-            "name": aggregate.title,
+            "name": f"{aggregate.title} ({aggregate.value.name})",
             "meta": {"preferredVisualisationType": "flamegraph"},
             "fields": [
                 {"name": "level", "type": "number", "values": levels},

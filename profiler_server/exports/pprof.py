@@ -1,6 +1,8 @@
 """pprof's profile.proto, gzipped (what `go tool pprof`, Pyroscope and Grafana read): one
-sample per stack with [calls, self ns], self time the default; a location per function,
-named `module:qualname`, with its file and first line when the store knows them."""
+sample per stack with [calls, value], the aggregate's value (states.VALUES: wall, running,
+awaiting or ready ns) the default sample type (with `value=calls`, calls alone); a location
+per function, named `module:qualname`, with its file and first line when the store knows
+them."""
 
 from __future__ import annotations
 
@@ -9,8 +11,6 @@ import gzip
 from profiler_core.stacks import SEPARATOR
 from profiler_core.wire import pprof_pb2
 from profiler_server.exports.base import Aggregate, Format
-
-SAMPLE_TYPES = (("calls", "count"), ("self", "nanoseconds"))
 
 
 class _Strings:
@@ -32,16 +32,18 @@ class _Strings:
 def render_aggregate(aggregate: Aggregate) -> bytes:
     profile = pprof_pb2.Profile()
     strings = _Strings(profile)
-    for kind, unit in SAMPLE_TYPES:
+    value = aggregate.value
+    types = [("calls", "count")] + ([(value.name, value.unit)] if value.name != "calls" else [])
+    for kind, unit in types:
         profile.sample_type.add(type=strings(kind), unit=strings(unit))
-    profile.default_sample_type = strings("self")
+    profile.default_sample_type = strings(value.name)
     profile.period_type.type, profile.period_type.unit = strings("wall"), strings("nanoseconds")
     profile.period = 1
     if aggregate.since_ns is not None:
         profile.time_nanos = aggregate.since_ns
         if aggregate.until_ns is not None:
             profile.duration_nanos = max(0, aggregate.until_ns - aggregate.since_ns)
-    stacks = [(sig.split(SEPARATOR), self_ns, calls) for sig, self_ns, calls in aggregate.stacks]
+    stacks = [(sig.split(SEPARATOR), weight, calls) for sig, weight, calls in aggregate.stacks]
     ids: dict[str, int] = {}  # function name -> function id = location id
     for frames, _, _ in stacks:
         for frame in frames:
@@ -57,8 +59,9 @@ def render_aggregate(aggregate: Aggregate) -> bytes:
             start_line=line,
         )
         profile.location.add(id=fid).line.add(function_id=fid, line=line)
-    for frames, self_ns, calls in stacks:
-        profile.sample.add(location_id=[ids[f] for f in reversed(frames)], value=[calls, self_ns])
+    for frames, weight, calls in stacks:
+        values = [calls, weight][: len(types)]
+        profile.sample.add(location_id=[ids[f] for f in reversed(frames)], value=values)
     return gzip.compress(profile.SerializeToString(), mtime=0)
 
 

@@ -7,10 +7,11 @@ sums them. Pyroscope is someone else's service: pushes run in their own thread w
 timeouts, and failures are dropped, counted in `profiler_pyroscope_push_errors_total{kind}`
 and logged once per kind; ingest never waits for them.
 
-The profile type is `wall`: the values are self wall time (what a call spent innermost,
-waiting included), not CPU time, so `cpu` would mislabel them. Pyroscope's ingest turns a
-`wall` profile's values into nanoseconds by multiplying them with 1e9 / sampleRate; with a
-sample rate of 1e9 Hz our nanoseconds are stored exactly.
+Two profile types per service: `wall`, each stack's wall time (running + awaiting + ready,
+states.py: all of its lanes' time), and `running`, the time its innermost call ran. Neither
+is CPU time, so `cpu` would mislabel them. Pyroscope's ingest turns a profile's values into
+nanoseconds by multiplying them with 1e9 / sampleRate; with a sample rate of 1e9 Hz our
+nanoseconds are stored exactly.
 """
 
 from __future__ import annotations
@@ -27,30 +28,31 @@ from urllib.parse import urlencode
 
 from prometheus_client import CollectorRegistry, Counter
 
-from profiler_server.assembly.totals import SELF
+from profiler_server.assembly.states import STATES
 from profiler_server.exports.folded import lines
 from profiler_server.storage.writer import StoredRequests
 
 log = logging.getLogger(__name__)
 
-PROFILE_TYPE = "wall"
-SAMPLE_RATE = 1_000_000_000  # one "sample" per nanosecond: values are self ns
+# profile type -> the states it adds up
+PROFILE_TYPES = {"wall": tuple(STATES), "running": ("running",)}
+SAMPLE_RATE = 1_000_000_000  # one "sample" per nanosecond: values are ns
 SPY_NAME = "request-profiler"
 MAX_TIMEOUT = 10.0  # seconds per HTTP request (and never more than the interval)
 _NOT_IN_APP_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def application_name(service: str) -> str:
-    """`<service>.wall{}`: Pyroscope reads the last dot-separated part as the profile type;
+def application_name(service: str, profile_type: str) -> str:
+    """`<service>.<type>{}`: Pyroscope reads the last dot-separated part as the profile type;
     characters its name syntax reserves (`{`, `}`, `,`, `=`, spaces ...) become `_`."""
-    return f"{_NOT_IN_APP_NAME.sub('_', service) or '_'}.{PROFILE_TYPE}{{}}"
+    return f"{_NOT_IN_APP_NAME.sub('_', service) or '_'}.{profile_type}{{}}"
 
 
-def ingest_url(base: str, service: str, since: float, until: float) -> str:
+def ingest_url(base: str, service: str, profile_type: str, since: float, until: float) -> str:
     """The documented query: name, from, until (UNIX seconds), format, sampleRate, spyName."""
     start = math.floor(since)
     query = {
-        "name": application_name(service),
+        "name": application_name(service, profile_type),
         "from": start,
         "until": max(math.ceil(until), start + 1),
         "format": "folded",
@@ -83,7 +85,8 @@ class PyroscopeExporter:
         self.timeout = min(MAX_TIMEOUT, interval)
         self.clock = clock
         self._lock = threading.Lock()
-        self._pending: dict[str, dict[str, int]] = {}  # service -> stack name -> self ns
+        # (service, profile type) -> stack name -> ns
+        self._pending: dict[tuple[str, str], dict[str, int]] = {}
         self._since = clock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -99,19 +102,24 @@ class PyroscopeExporter:
         )
 
     def record(self, stored: StoredRequests) -> None:
-        """Adds stored requests' self time per (service, stack); called by the ingest worker
-        after each commit, so it must be quick and must never raise."""
+        """Adds stored requests' time per (service, profile type, stack); called by the ingest
+        worker after each commit, so it must be quick and must never raise."""
         if not len(stored):
             return
         try:
             services, service_of = stored.regroup(lambda row: (row["service"],))
-            totals = stored.stacks.regroup(service_of).rows((SELF,))
+            columns = [state.column for state in STATES.values()]
+            totals = stored.stacks.regroup(service_of).rows(columns)
             with self._lock:
-                for s, sid, (self_ns,) in totals:
-                    if self_ns > 0:
-                        stacks = self._pending.setdefault(services[s][0], {})
-                        name = stored.shown(sid) or f"(stack {sid})"
-                        stacks[name] = stacks.get(name, 0) + self_ns
+                for s, sid, values in totals:
+                    by_state = dict(zip(STATES, values, strict=True))
+                    name = None
+                    for profile_type, states in PROFILE_TYPES.items():
+                        ns = sum(by_state[state] for state in states)
+                        if ns > 0:
+                            name = name or stored.shown(sid) or f"(stack {sid})"
+                            stacks = self._pending.setdefault((services[s][0], profile_type), {})
+                            stacks[name] = stacks.get(name, 0) + ns
         except Exception as exc:
             self._failed(exc)
 
@@ -133,20 +141,22 @@ class PyroscopeExporter:
         self.flush()
 
     def flush(self) -> None:
-        """Sends everything recorded since the last flush, one profile per service."""
+        """Sends everything recorded since the last flush, one profile per service and type."""
         with self._lock:
             pending, self._pending = self._pending, {}
             since = self._since
             until = self._since = self.clock()
-        services = sorted(pending)
-        for i, service in enumerate(services):
-            body = lines([(sig, n, 0) for sig, n in sorted(pending[service].items())])
+        profiles = sorted(pending)
+        for i, (service, profile_type) in enumerate(profiles):
+            stacks = pending[(service, profile_type)]
+            body = lines([(sig, n, 0) for sig, n in sorted(stacks.items())])
+            url = ingest_url(self.url, service, profile_type, since, until)
             try:
-                self._post(ingest_url(self.url, service, since, until), body.encode())
+                self._post(url, body.encode())
             except Exception as exc:
                 kind = self._failed(exc)
                 if kind in ("timeout", "connection"):  # the others would wait as long
-                    self.errors.labels(kind).inc(len(services) - i - 1)
+                    self.errors.labels(kind).inc(len(profiles) - i - 1)
                     return
             else:
                 self.pushes.inc()

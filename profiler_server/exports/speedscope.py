@@ -1,7 +1,7 @@
 """speedscope's file format (https://www.speedscope.app/file-format-schema.json, from
 jlfwong/speedscope src/lib/file-format-spec.ts): one request as an evented profile per lane
 (open/close events, so its time order shows), an aggregate as one sampled profile weighted
-by self time."""
+by the aggregate's value."""
 
 from __future__ import annotations
 
@@ -75,14 +75,14 @@ def render_request(profile: RequestProfile) -> bytes:
 def render_aggregate(aggregate: Aggregate) -> bytes:
     frames = _Frames()
     samples, weights = [], []
-    for sig, self_ns, _ in aggregate.stacks:
-        if self_ns > 0:
+    for sig, weight, _ in aggregate.stacks:
+        if weight > 0:
             samples.append([frames(f) for f in sig.split(SEPARATOR)])
-            weights.append(self_ns)
+            weights.append(weight)
     sampled = {
         "type": "sampled",
-        "name": aggregate.title,
-        "unit": "nanoseconds",
+        "name": f"{aggregate.title} ({aggregate.value.name})",
+        "unit": "nanoseconds" if aggregate.value.unit == "nanoseconds" else "none",
         "startValue": 0,
         "endValue": sum(weights),
         "samples": samples,

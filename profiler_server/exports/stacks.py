@@ -1,4 +1,5 @@
-"""The aggregate as the API's own JSON: `{"stacks": [{"stack", "self_ns", "calls"}, ...]}`."""
+"""The aggregate as the API's own JSON: `{"value", "unit", "stacks": [{"stack", "value",
+"calls"}, ...]}`, `value` naming what each stack's value is (states.VALUES)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from profiler_server.exports.base import Aggregate, Format, json_bytes
 
 def render_aggregate(aggregate: Aggregate) -> bytes:
     return json_bytes(
-        {"stacks": [{"stack": s, "self_ns": n, "calls": c} for s, n, c in aggregate.stacks]}
+        {
+            "value": aggregate.value.name,
+            "unit": aggregate.value.unit,
+            "stacks": [{"stack": s, "value": n, "calls": c} for s, n, c in aggregate.stacks],
+        }
     )
 
 

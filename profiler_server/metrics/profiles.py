@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from profiler_core.stacks import cap_label, label_value
+from profiler_server.assembly.states import STATES
 from profiler_server.assembly.totals import (
     ACTIVE,
     AWAIT,
@@ -35,6 +36,9 @@ from profiler_server.storage.writer import StoredRequests
 OTHER = "(other)"
 NS = 1e-9
 FUNCTION_MAXIMA = (MAX, MAX_SLICE)  # per-function values that are maxima, not sums
+# Per stack: running (self) ns, calls, then the ns of each waiting state
+WAIT_STATES = ("awaiting", "ready")
+_STACK_VALUES = (SELF, CALLS, *(STATES[state].column for state in WAIT_STATES))
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -129,7 +133,8 @@ class ProfileMetrics(Collector):
             routes, route_of = stored.regroup(self._labels_of)
             for row, r in zip(stored.rows, route_of.tolist(), strict=True):
                 self.durations.labels(*routes[r]).observe(row["duration_ns"] * NS)
-            for r, sid, values in stored.stacks.regroup(route_of).rows((SELF, CALLS)):
+            stacks = stored.stacks.regroup(route_of).rows(_STACK_VALUES)
+            for r, sid, values in stacks:
                 self._add_stack(*routes[r], sid, values, stored.shown)
             services, service_of = stored.regroup(lambda row: (self.services(row["service"]),))
             for s, fid, totals in stored.functions.regroup(service_of).rows():
@@ -158,12 +163,14 @@ class ProfileMetrics(Collector):
         values: list[int],
         shown: Callable[[int], str | None],
     ) -> None:
-        """values: [self ns, calls]; `shown` names the stack (stacktree.py) if it needs a label."""
+        """values: _STACK_VALUES; `shown` names the stack (stacktree.py) if it needs a label.
+        The top-k ranks stacks by wall time (all states), so a stack that mostly waits
+        keeps its own series."""
         members = self._stack_members.get(service)
         if members is None:
             members = self._stack_members[service] = TopK(self.top_k)
             self._stack_labels[service] = {}
-        admitted = members.admit(sid, values[0])
+        admitted = members.admit(sid, values[0] + sum(values[2:]))
         if admitted is None:
             labels = self._stack_labels[service]
             if sid not in labels:
@@ -247,9 +254,19 @@ class ProfileMetrics(Collector):
         stack_calls = CounterMetricFamily(
             "profiler_stack_calls", "Calls per full stack.", labels=stack_labels
         )
-        for (service, route, stack), (self_ns, calls) in stacks.items():
+        stack_wait = CounterMetricFamily(
+            "profiler_stack_wait_seconds",
+            "Time a lane waited with this stack as its innermost suspended await chain, by "
+            "state (awaiting: what it awaits is not done; ready: woken, not resumed yet); "
+            "with the self time, sums are the lanes' wall time.",
+            labels=[*stack_labels, "state"],
+        )
+        for (service, route, stack), (self_ns, calls, *waits) in stacks.items():
             stack_self.add_metric([service, route, stack], self_ns * NS)
             stack_calls.add_metric([service, route, stack], calls)
+            for state, ns in zip(WAIT_STATES, waits, strict=True):
+                if ns:
+                    stack_wait.add_metric([service, route, stack, state], ns * NS)
         fn_labels = ["service", "function"]
         counters = [
             (CALLS, "profiler_function_calls", "Calls per function.", 1),
@@ -288,7 +305,7 @@ class ProfileMetrics(Collector):
                 NS,
             ),
         ]
-        families: list[Metric] = [stack_self, stack_calls]
+        families: list[Metric] = [stack_self, stack_calls, stack_wait]
         for index, name, doc, scale in counters:
             family = CounterMetricFamily(name, doc, labels=fn_labels)
             for (service, function), agg in functions.items():

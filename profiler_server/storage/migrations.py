@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 
 from profiler_core.stacks import SEPARATOR
-from profiler_server.assembly.flatten import stable_id
+from profiler_server.assembly.flatten import OUTSIDE_ID, OUTSIDE_NAME, stable_id
 from profiler_server.assembly.stacktree import EMPTY_ID, stack_id
 from profiler_server.storage import route_rollup, schema
 
@@ -44,7 +44,9 @@ def _v2(conn: Connection) -> None:
     if conn.dialect.name != "sqlite":
         return
     for table, (name, columns) in schema.bucket_indexes.items():
-        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({', '.join(columns)})"))
+        present = {c["name"] for c in inspect(conn).get_columns(table)}
+        covered = ", ".join(c for c in columns if c in present)  # later ones: a later version
+        conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({covered})"))
 
 
 # Versions 1 and 2 kept each stack as its whole `a;b;c` signature, id stable_id(signature).
@@ -132,8 +134,27 @@ def _v5(conn: Connection) -> None:
         conn.execute(insert(r).from_select([c.name for c in r.columns], rows))
 
 
+def _v6(conn: Connection) -> None:
+    """Waits per stack (stack_buckets.await_ns, ready_ns), in SQLite's covering index too;
+    the function that a lane's time outside profiled calls is charged to."""
+    table = schema.stack_buckets
+    present = {c["name"] for c in inspect(conn).get_columns(table.name)}
+    for name in ("await_ns", "ready_ns"):
+        if name not in present:
+            conn.execute(
+                text(f"ALTER TABLE {table.name} ADD COLUMN {name} BIGINT NOT NULL DEFAULT 0")
+            )
+    if conn.dialect.name == "sqlite":
+        name, columns = schema.bucket_indexes[table.name]
+        conn.execute(text(f"DROP INDEX IF EXISTS {name}"))
+        conn.execute(text(f"CREATE INDEX {name} ON {table.name} ({', '.join(columns)})"))
+    f = schema.functions
+    if conn.execute(select(f.c.id).where(f.c.id == OUTSIDE_ID)).first() is None:
+        conn.execute(insert(f).values(id=OUTSIDE_ID, name=OUTSIDE_NAME, file="", line=0, kind=0))
+
+
 # Append a function for each schema change; never edit a released one.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 LATEST = len(MIGRATIONS)
 
 

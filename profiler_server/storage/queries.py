@@ -19,6 +19,7 @@ from sqlalchemy import (
 from profiler_core.wire import tree_pb2
 from profiler_server.assembly.flatten import stable_id
 from profiler_server.assembly.stacktree import EMPTY_ID, StackTree
+from profiler_server.assembly.states import WALL, Value
 from profiler_server.storage import schema
 
 NS_PER_MINUTE = 60_000_000_000
@@ -175,20 +176,22 @@ def stack_totals(
     route: str | None = None,
     since_ns: int | None = None,
     until_ns: int | None = None,
+    value: Value = WALL,
 ) -> list[tuple[str, int, int]]:
-    """(name as shown, self ns, calls) per stack over the minute buckets of the range, by
+    """(name as shown, `value`, calls) per stack over the minute buckets of the range, by
     name. Names come from the prefix tree (stacktree.StackTree), a deep stack's middle
     elided; stacks that then look alike are added up."""
     b, s = _buckets(engine, schema.stack_buckets), schema.stack_nodes
     conditions = _bucket_conditions(b, service, route, since_ns, until_ns)
-    sums = (func.sum(b.c.self_ns).label("self_ns"), func.sum(b.c.calls).label("calls"))
+    weight = sum((b.c[column] for column in value.columns[1:]), b.c[value.columns[0]])
+    sums = (func.sum(weight).label("value"), func.sum(b.c.calls).label("calls"))
     node = (s.c.id, s.c.parent_id, s.c.function_id)
     if _seek_per_key(engine, since_ns, until_ns):
         query = select(*node, *sums).join(b, b.c.stack_id == s.c.id).where(*conditions)
         query = query.group_by(s.c.id)
     else:
         summed = select(b.c.stack_id, *sums).where(*conditions).group_by(b.c.stack_id).subquery()
-        query = select(*node, summed.c.self_ns, summed.c.calls).join(
+        query = select(*node, summed.c.value, summed.c.calls).join(
             summed, summed.c.stack_id == s.c.id
         )
     with engine.connect() as conn:
@@ -198,11 +201,11 @@ def stack_totals(
         names = _function_names(conn, {function for _, function in nodes.values()})
     tree, index = _stack_tree(nodes, names)
     totals: dict[str, list[int]] = {}
-    for sid, _, _, self_ns, calls in rows:
+    for sid, _, _, weighed, calls in rows:
         found = totals.setdefault(tree.name(index[sid]), [0, 0])
-        found[0] += int(self_ns)
+        found[0] += int(weighed)
         found[1] += int(calls)
-    return [(name, self_ns, calls) for name, (self_ns, calls) in sorted(totals.items())]
+    return [(name, weighed, calls) for name, (weighed, calls) in sorted(totals.items())]
 
 
 def _add_ancestors(conn: Connection, nodes: dict[int, tuple[int, int]]) -> None:

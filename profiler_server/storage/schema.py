@@ -134,8 +134,11 @@ stack_buckets = Table(
     Column("service", String(200), primary_key=True),
     Column("route", String(500), primary_key=True),
     Column("stack_id", BigInteger, primary_key=True),
-    Column("self_ns", BigInteger, nullable=False),
+    Column("self_ns", BigInteger, nullable=False),  # running (totals.SELF)
     Column("calls", BigInteger, nullable=False),
+    # the time the stack's lanes waited on it (totals.AWAITING, READYING): schema version 6
+    Column("await_ns", BigInteger, nullable=False, server_default="0"),
+    Column("ready_ns", BigInteger, nullable=False, server_default="0"),
 )
 
 function_buckets = Table(
@@ -202,7 +205,7 @@ route_rollups = Table(
 bucket_indexes = {
     stack_buckets.name: (
         "ix_stack_buckets_stack",
-        ("stack_id", "minute", "service", "route", "self_ns", "calls"),
+        ("stack_id", "minute", "service", "route", "self_ns", "calls", "await_ns", "ready_ns"),
     ),
     function_buckets.name: (
         "ix_function_buckets_function",

@@ -14,7 +14,19 @@ from sqlalchemy import Connection, Engine, Table, and_, bindparam, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from profiler_server.assembly.flatten import Summary
-from profiler_server.assembly.totals import ACTIVE, CALLS, MAX, SELF, TOTAL, Totals
+from profiler_server.assembly.totals import (
+    ACTIVE,
+    AWAIT,
+    AWAITING,
+    CALLS,
+    MAX,
+    MAX_SLICE,
+    READY,
+    READYING,
+    SELF,
+    TOTAL,
+    Totals,
+)
 from profiler_server.storage import route_rollup, schema
 
 KNOWN_IDS_LIMIT = 1_000_000
@@ -154,6 +166,7 @@ _REQUEST_FUNCTION_COLUMNS = tuple(schema.request_functions.c.keys())
 _REQUEST_FUNCTION_TOTALS = (CALLS, TOTAL, SELF, ACTIVE, MAX)
 _STACK_COLUMNS = tuple(schema.stack_nodes.c.keys())
 _STACK_BUCKET_COLUMNS = tuple(schema.stack_buckets.c.keys())
+_FUNCTION_BUCKET_TOTALS = (CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SLICE)
 _FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
 _ROUTE_MINUTE_COLUMNS = tuple(schema.route_minutes.c.keys())
 _ROUTE_ROLLUP_COLUMNS = tuple(schema.route_rollups.c.keys())
@@ -269,8 +282,8 @@ def _buckets(stored: StoredRequests) -> tuple[list[tuple], list[tuple]]:
     """The requests summed per (minute, service, route): stack_buckets and function_buckets
     rows, sorted so that servers sharing a PostgreSQL lock bucket rows in the same order."""
     keys, bucket = stored.regroup(_minute)
-    stacks = stored.stacks.regroup(bucket).rows((SELF, CALLS))
-    functions = stored.functions.regroup(bucket).rows()
+    stacks = stored.stacks.regroup(bucket).rows((SELF, CALLS, AWAITING, READYING))
+    functions = stored.functions.regroup(bucket).rows(_FUNCTION_BUCKET_TOTALS)
     return [(*keys[b], k, *v) for b, k, v in stacks], [(*keys[b], k, *v) for b, k, v in functions]
 
 

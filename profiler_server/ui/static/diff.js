@@ -45,7 +45,7 @@ const pct = (x) => `${(100 * x).toFixed(1)}%`;
 function changes(stacks, roots) {
   const rows = new Map();
   stacks.forEach((list, s) => {
-    for (const { stack, self_ns: self } of list) {
+    for (const { stack, value: self } of list) {
       const name = stack.slice(stack.lastIndexOf(";") + 1);
       const row = rows.get(name) || { function: name, before: 0, after: 0 };
       row[s ? "after" : "before"] += self;

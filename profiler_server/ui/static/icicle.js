@@ -11,11 +11,11 @@ function frame(name, parent, series) {
   return { name, parent, total: zeros(), self: zeros(), calls: zeros(), children: new Map() };
 }
 
-// [[{stack: "a;b;c", self_ns, calls}, ...], ...] -> root frame; children sorted by name.
+// [[{stack: "a;b;c", value, calls}, ...], ...] -> root frame; children sorted by name.
 export function buildTree(series) {
   const root = frame("all", null, series.length);
   series.forEach((stacks, s) => {
-    for (const { stack, self_ns: self, calls } of stacks) {
+    for (const { stack, value: self, calls } of stacks) {
       let node = root;
       node.total[s] += self;
       for (const name of stack.split(";")) {
