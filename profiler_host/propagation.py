@@ -13,7 +13,7 @@ first begins and takes them out as the last ends): a request that is not sampled
 originals whatever was sampled before it, and while one is, every patch costs one
 ContextVar read outside it. `install()`/`uninstall()` are symmetric and idempotent;
 `install()` also patches the modules of the list below that the app has imported since
-(anyio is not imported here).
+(anyio and uvloop are not imported here).
 """
 
 from __future__ import annotations
@@ -253,6 +253,12 @@ def _handing_over(lane: Lane) -> Iterator[None]:
         lane.handing_over -= 1
 
 
+def _is_task_step(callback: Callable) -> bool:
+    """A task's step or wakeup (a method of the task): the task's own coroutines run in
+    it, in the task's lane."""
+    return isinstance(getattr(callback, "__self__", None), asyncio.Task)
+
+
 def _call_soon(original: Callable) -> Callable:
     """A task's step scheduled (the future it awaited is done): its coroutines are ready
     from now on, though the loop may run other callbacks first (the ready wait)."""
@@ -266,7 +272,7 @@ def _call_soon(original: Callable) -> Callable:
     ) -> asyncio.Handle:
         if ACTIVE and context is not None:
             lane = context.get(CURRENT)
-            if lane is not None and isinstance(getattr(callback, "__self__", None), asyncio.Task):
+            if lane is not None and _is_task_step(callback):
                 ready(lane)
         return original(self, callback, *args, context=context)
 
@@ -296,6 +302,67 @@ def _handle_run(original: Callable) -> Callable:
     return _run
 
 
+class _Laneless:
+    """A loop callback run with no lane, in the context it runs in anyway (uvloop's twin of
+    `_handle_run`, whose handles are compiled): a different object from the callback,
+    which the loop only calls."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable) -> None:
+        self.callback = callback
+
+    def __call__(self, *args: Any) -> Any:
+        token = CURRENT.set(None)
+        try:
+            return self.callback(*args)
+        finally:
+            CURRENT.reset(token)
+
+
+def _laneless(callback: Callable, context: contextvars.Context | None) -> Callable:
+    """`callback` to run with no lane if it would run in one and is not a task's step."""
+    lane = CURRENT.get() if context is None else context.get(CURRENT)
+    if lane is None or _is_task_step(callback):
+        return callback
+    return _Laneless(callback)
+
+
+def _uvloop_call_soon(original: Callable) -> Callable:
+    """uvloop's `call_soon` and `call_soon_threadsafe`: `_handle_run`'s work, done as the
+    callback is handed over. No ready mark, unlike `_call_soon`: uvloop runs a
+    transport's protocol and a reader in the lane they were made in, calls open above a
+    task's suspended frames, which a suspension recorded then would not nest around
+    (docs/limits.md)."""
+
+    @functools.wraps(original)
+    def call_soon(
+        self: asyncio.AbstractEventLoop,
+        callback: Callable,
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        return original(self, _laneless(callback, context), *args, context=context)
+
+    return call_soon
+
+
+def _uvloop_call_later(original: Callable) -> Callable:
+    """Also `call_at`, which uvloop runs through `self.call_later`."""
+
+    @functools.wraps(original)
+    def call_later(
+        self: asyncio.AbstractEventLoop,
+        delay: float,
+        callback: Callable,
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        return original(self, delay, _laneless(callback, context), *args, context=context)
+
+    return call_later
+
+
 def _anyio_run_sync(original: Callable) -> Callable:
     @functools.wraps(original)
     async def run_sync(func: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -317,10 +384,15 @@ _PATCHES: list[tuple[object, str, Wrap]] = [
     (ThreadPoolExecutor, "submit", _submit),
 ]
 # module -> (class in it, or "" for the module itself; attribute; wrapper), patched once
-# the module is imported. uvloop's loop methods are not patched: its tasks get lanes from
-# `follow_loop`, but its callbacks run in the lane they were scheduled from (docs/limits.md)
+# the module is imported. uvloop's tasks get lanes from `follow_loop`; its Python-level
+# scheduling methods stand in for `Handle._run` (its handles are compiled)
 _MODULE_PATCHES: dict[str, list[tuple[str, str, Wrap]]] = {
     "anyio.to_thread": [("", "run_sync", _anyio_run_sync)],
+    "uvloop": [
+        ("Loop", "call_soon", _uvloop_call_soon),
+        ("Loop", "call_soon_threadsafe", _uvloop_call_soon),
+        ("Loop", "call_later", _uvloop_call_later),
+    ],
 }
 
 

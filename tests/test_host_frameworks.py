@@ -162,7 +162,6 @@ def test_django_with_asgiref_instrumented_gives_complete_trees(
 CALLBACKS_APP = "tests.data.loop_callbacks_app"
 
 
-@pytest.mark.xfail(strict=True, reason="uvloop's callbacks are not patched (docs/limits.md)")
 def test_loop_callbacks_run_outside_the_request_lane_on_uvicorns_loop(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -489,10 +489,16 @@ def test_patches_are_in_only_while_a_sampled_request_is_in_flight() -> None:
         profiler.transport.stop(0)
 
 
+UVLOOP_PATCHED = ("call_soon", "call_soon_threadsafe", "call_later")
+
+
 def test_uvloop_tasks_get_lanes_through_a_chained_task_factory() -> None:
-    """uvloop's loop cannot be patched: while a sampled request is in flight it gets a task
-    factory of ours, chained to the one it had, and gets that one back after."""
+    """uvloop's `create_task` is compiled: while a sampled request is in flight the loop
+    gets a task factory of ours, chained to the one it had, and gets that one back after,
+    as its `call_soon` family gets its originals back."""
     import uvloop
+
+    originals = [getattr(uvloop.Loop, name) for name in UVLOOP_PATCHED]
 
     settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
     profiler = runtime.Profiler(settings)
@@ -510,12 +516,14 @@ def test_uvloop_tasks_get_lanes_through_a_chained_task_factory() -> None:
         loop.set_task_factory(theirs)
         request = profiler.begin("/r", "GET", forced=True)
         assert request is not None
+        patched = [getattr(uvloop.Loop, name) for name in UVLOOP_PATCHED]
         token = CURRENT.set(request.main)
         try:
             lane = await asyncio.create_task(child())
         finally:
             CURRENT.reset(token)
             profiler.end(request)
+        assert not set(patched) & set(originals)
         return request, lane, loop.get_task_factory()
 
     loop = uvloop.new_event_loop()
@@ -529,6 +537,7 @@ def test_uvloop_tasks_get_lanes_through_a_chained_task_factory() -> None:
         "test_uvloop_tasks_get_lanes_through_a_chained_task_factory.<locals>.child"
     ]
     assert factory_after is theirs
+    assert [getattr(uvloop.Loop, name) for name in UVLOOP_PATCHED] == originals
 
 
 LATE_ANYIO = """
@@ -586,17 +595,9 @@ def _uvloop() -> asyncio.AbstractEventLoop:
 
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": _uvloop}
-# uvloop's loop methods are not patched (docs/limits.md): what these show fails there
-ON_EITHER_LOOP = [
-    "asyncio",
-    pytest.param(
-        "uvloop",
-        marks=pytest.mark.xfail(strict=True, reason="uvloop's callbacks are not patched"),
-    ),
-]
 
 
-@pytest.mark.parametrize("loop", ON_EITHER_LOOP)
+@pytest.mark.parametrize("loop", LOOPS)
 def test_loop_callbacks_do_not_nest_under_suspended_coroutines(loop: str) -> None:
     """A loop callback runs in the context it was scheduled from, the lane of a task whose
     coroutines gave control away by `await` (no hook saw it): it runs with no lane, so
@@ -621,7 +622,18 @@ def test_loop_callbacks_do_not_nest_under_suspended_coroutines(loop: str) -> Non
         assert_nested(lane.id, lane.events, functions)
 
 
-@pytest.mark.parametrize("loop", ON_EITHER_LOOP)
+# uvloop runs protocol and reader callbacks in the lane they were made in: a ready mark
+# from inside one records a suspension that does not nest (docs/limits.md)
+NOT_ON_UVLOOP = [
+    "asyncio",
+    pytest.param(
+        "uvloop",
+        marks=pytest.mark.xfail(strict=True, reason="no ready mark on uvloop (docs/limits.md)"),
+    ),
+]
+
+
+@pytest.mark.parametrize("loop", NOT_ON_UVLOOP)
 def test_a_woken_task_is_marked_ready(loop: str) -> None:
     """The step of a task whose awaited future is done is scheduled through the loop's
     `call_soon`: on either loop its lane learns it is ready from then on."""
@@ -643,6 +655,55 @@ def test_a_woken_task_is_marked_ready(loop: str) -> None:
         propagation.uninstall()
         propagation.ready = original  # type: ignore[assignment]
     assert req.main in marked
+
+
+READER = """
+import asyncio
+import socket
+
+def on_readable(reader, future):
+    reader.recv(1)
+    future.set_result(7)
+
+async def waiter(future):
+    return await future
+
+async def main():
+    loop = asyncio.get_running_loop()
+    reader, writer = socket.socketpair()
+    future = loop.create_future()
+    loop.add_reader(reader, on_readable, reader, future)
+    writer.send(b"x")
+    try:
+        return await waiter(future)
+    finally:
+        loop.remove_reader(reader)
+        reader.close()
+        writer.close()
+"""
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_task_woken_by_a_callback_in_its_own_lane_still_nests(loop: str) -> None:
+    """uvloop runs a reader (and a transport's protocol) in the context it was added in,
+    the lane of the task that waits, on top of the task's suspended frames: no ready mark
+    records their suspension inside that call, where it would not nest (anyio's streams)."""
+    functions: dict[int, Any] = {}
+    code = torture_cases.instrument_tree(
+        compile(READER, "<reader>", "exec"), hooks.HOOKS, functions
+    )
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    propagation.install()
+    try:
+        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            assert runner.run(namespace["main"]()) == 7
+    finally:
+        propagation.uninstall()
+    recorded = [functions[fid].co_qualname for lane in req.lanes for _, fid, _, _ in lane.events]
+    assert "waiter" in recorded
+    for lane in req.lanes:
+        assert_nested(lane.id, lane.events, functions)
 
 
 def test_requests_still_in_flight_when_the_profiler_stops_are_ended_truncated() -> None:
