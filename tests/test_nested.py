@@ -14,7 +14,7 @@ from profiler_core.model import EventKind, LaneKind
 from profiler_server.assembly import problems as P
 from profiler_server.assembly.builder import assemble
 from profiler_server.assembly.events import Run
-from profiler_server.assembly.flatten import StackInterner, stable_id, summarize
+from profiler_server.assembly.flatten import OUTSIDE_NAME, StackInterner, stable_id, summarize
 from profiler_server.assembly.forest import Forest
 from profiler_server.assembly.group import assemble_all
 from profiler_server.assembly.nested import assemble_nested
@@ -203,5 +203,5 @@ def test_requests_of_several_sessions_summarized_together_are_as_each_session_al
         alone.update(_summary_by_request([p for p in pendings if p.session_id == sid], [sid]))
     assert together == alone
     for (sid, _), (_, stacks, _) in together.items():
-        frames = [frame for name in stacks for frame in name.split(";")]
+        frames = [frame for name in stacks for frame in name.split(";") if frame != OUTSIDE_NAME]
         assert frames and all(frame.startswith(f"{sid}:") for frame in frames)
