@@ -621,7 +621,12 @@ static PyTypeObject LaneCoreType = {
 /* ---- CallToken --------------------------------------------------------------------- */
 
 /* A plain call's token: its lane and ids, the ids as C ints, so entering makes one object
- * and exiting reads two fields. It reads as the Python hooks' tuple does (events.py). */
+ * and exiting reads two fields. It reads as the Python hooks' tuple does (events.py).
+ *
+ * Tokens come and go with every recorded call, so spent ones are kept for reuse (at most
+ * TOKENS_KEPT; all under the GIL). They are not tracked by the garbage collector: a token
+ * refers to a lane only, and nothing a lane refers to (its request, buffer, parent lane)
+ * refers to a frame, where tokens live, so no cycle runs through one. */
 typedef struct {
     PyObject_HEAD
     PyObject *lane; /* a LaneCore */
@@ -631,26 +636,38 @@ typedef struct {
 
 static PyTypeObject CallTokenType;
 
-static int
-token_traverse(CallToken *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->lane);
-    return 0;
-}
+#define TOKENS_KEPT 256
+static CallToken *tokens_kept[TOKENS_KEPT];
+static int tokens_kept_count = 0;
 
-static int
-token_clear(CallToken *self)
+/* A token for `lane` (a new reference it takes over), or NULL with MemoryError set. */
+static CallToken *
+token_new(PyObject *lane, long long fk, long long call)
 {
-    Py_CLEAR(self->lane);
-    return 0;
+    CallToken *token;
+    if (tokens_kept_count > 0) {
+        token = tokens_kept[--tokens_kept_count];
+        PyObject_Init((PyObject *)token, &CallTokenType);
+    }
+    else {
+        token = PyObject_New(CallToken, &CallTokenType);
+        if (token == NULL)
+            return NULL;
+    }
+    token->lane = lane;
+    token->fk = fk;
+    token->call = call;
+    return token;
 }
 
 static void
 token_dealloc(CallToken *self)
 {
-    PyObject_GC_UnTrack(self);
     Py_CLEAR(self->lane);
-    PyObject_GC_Del(self);
+    if (tokens_kept_count < TOKENS_KEPT)
+        tokens_kept[tokens_kept_count++] = self;
+    else
+        PyObject_Free(self);
 }
 
 static Py_ssize_t
@@ -682,10 +699,8 @@ static PyTypeObject CallTokenType = {
     .tp_name = "profiler_host._hotpath.CallToken",
     .tp_basicsize = sizeof(CallToken),
     .tp_dealloc = (destructor)token_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A plain call's token: (lane, fid << KIND_BITS, call id).",
-    .tp_traverse = (traverseproc)token_traverse,
-    .tp_clear = (inquiry)token_clear,
     .tp_as_sequence = &token_as_sequence,
 };
 
@@ -1058,15 +1073,11 @@ hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     rc = enter_core(args[0], args[1], &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
-    token = PyObject_GC_New(CallToken, &CallTokenType);
+    token = token_new(lane, fk, call);
     if (token == NULL) {
         Py_DECREF(lane);
         return failed(Py_None);
     }
-    token->lane = lane;
-    token->fk = fk;
-    token->call = call;
-    PyObject_GC_Track(token);
     return (PyObject *)token;
 }
 
