@@ -7,9 +7,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from time import monotonic_ns
 from typing import Any
 
+from profiler_host import runtime
 from profiler_host.recording import CURRENT
 from profiler_host.routes import asgi_route
-from profiler_host.runtime import active, reset
+from profiler_host.runtime import reset
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,13 +27,13 @@ class ProfilerMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        profiler = active()
+        profiler = runtime.STARTED
         kind = scope.get("type")
         if profiler is None or kind not in _REQUESTS:
             await self.app(scope, receive, send)
             return
-        # a request that is not sampled pays this, the sampler's C call and its count;
-        # headers are read only where a secret can force a request
+        # a request that is not sampled pays this frame, the sampler's C call, the status
+        # closure and its count (C); headers are read only where a secret can force one
         path = scope.get("path") or "/"
         forced = profiler.force_secret is not None and profiler.forced(_header(scope, FORCE_HEADER))
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
@@ -40,13 +41,15 @@ class ProfilerMiddleware:
         started = monotonic_ns()
         status = 0
 
-        async def capture_status(message: Message) -> None:
+        def capture_status(message: Message) -> Awaitable[None]:
+            # returns what `send` returns (no coroutine of its own for each message)
             nonlocal status
-            if message.get("type") == "http.response.start":
+            kind = message.get("type")
+            if kind == "http.response.start":
                 status = int(message.get("status", 0))
-            elif message.get("type") == "websocket.accept":
+            elif kind == "websocket.accept":
                 status = 101
-            await send(message)
+            return send(message)
 
         token = CURRENT.set(request.main) if request is not None else None
         try:

@@ -1,98 +1,158 @@
 """Every HTTP request the process serves, sampled or not, counted per route, method and
 status class with a duration histogram (`profiler_core.latency`'s buckets).
 
-An app thread only appends the request's (route, method, status, duration) to a deque
-(atomic, no lock); the transport thread gathers them into the table every flush interval
-and sends the table every few seconds. Memory is bounded: at most `MAX_WAITING` requests
-wait to be gathered (past that they are lost and counted), and at most `MAX_ROUTES`
-distinct routes are counted per process (later ones count as `(other)`).
+The app thread that ends a request adds it to the table at once; the transport thread
+takes the table every few seconds and sends it. Every request of the app pays for the
+add, so `profiler_host._counts` does it in C (one dict lookup and a few adds; this
+module's `CountTable` is its twin and reference, compared with it in tests, and the one
+used where the C module is not built). Memory is bounded: at most `MAX_ROUTES` distinct
+routes and `MAX_METHODS` methods are counted per process (later ones, and longer ones,
+count as `(other)`), so the table holds at most (routes + 1) x (methods + 1) x 6 entries.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from profiler_core.latency import BUCKETS, bucket
+from profiler_core.latency import BOUNDS_NS
 from profiler_core.wire import ingest_pb2
+from profiler_host import native
 
 MAX_ROUTES = 200
 MAX_ROUTE_CHARS = 500  # what the server takes (longer routes count as OTHER)
+MAX_METHODS = 16
 MAX_METHOD_CHARS = 16
-MAX_WAITING = 50_000
 OTHER = "(other)"
-LOST = "counts_full"  # the drop reason of requests not counted
-_COUNT, _SUM = 0, 1  # an entry: [count, duration sum, one count per bucket...]
+LOST = "counts_full"  # the drop reason of requests that could not be counted
+SUM_LIMIT = 2**63 - 1  # a duration sum stops there (C's int64)
+
+# one row of a take: route, method, status class (0: none or out of range), count,
+# duration sum, one count per bucket
+Row = tuple[str, str, int, int, int, list[int]]
 
 
-class RequestCounts:
-    def __init__(self, wake: Callable[[], None] = lambda: None) -> None:
-        self._wake = wake
-        self.waiting = True  # the transport sleeps until a request is counted
-        self._ended: deque[tuple[str, str, int, int]] = deque()
-        self.lost = 0  # requests not counted because MAX_WAITING were waiting
-        # the transport thread's alone:
-        self._table: dict[tuple[str, str, int], list[int]] = {}
-        self._routes: set[str] = set()
+class Table(Protocol):
+    """What the transport and the middlewares use of either twin."""
 
-    def add(self, route: str, method: str, status: int, duration_ns: int) -> None:
-        """One request ended (app threads: a deque append, never raises)."""
-        ended = self._ended
-        if len(ended) >= MAX_WAITING:
-            self.lost += 1
-            return
-        ended.append((route, method, status, duration_ns))
-        if self.waiting:  # after the append: the transport looks before it sleeps
-            self.waiting = False
-            self._wake()
+    waiting: bool  # the next add calls wake (the transport sets it before it sleeps)
+    lost: int
 
     @property
-    def ungathered(self) -> bool:
-        return bool(self._ended)
+    def pending(self) -> bool: ...
+    def add(self, route: str, method: str, status: int | str, duration_ns: int, /) -> None:
+        """One request ended (app threads; never raises); `status` is an int or a WSGI
+        status line."""
+
+    def take(self) -> list[Row]: ...
+
+
+class CountTable:
+    """The Python twin of `_counts.CountTable` (a lock keeps an add and a take apart)."""
+
+    def __init__(
+        self,
+        bounds: Sequence[int],
+        max_routes: int,
+        max_route_chars: int,
+        max_methods: int,
+        max_method_chars: int,
+        other: str,
+        wake: Callable[[], None],
+    ) -> None:
+        self._bounds = tuple(bounds)
+        self._limits = (max_routes, max_route_chars, max_methods, max_method_chars)
+        self._other = other
+        self._wake = wake
+        self._routes: set[str] = set()
+        self._methods: set[str] = set()
+        self._table: dict[tuple[str, str, int], list[int]] = {}
+        self._lock = threading.Lock()
+        self.waiting = True
+        self.lost = 0
 
     @property
     def pending(self) -> bool:
-        return bool(self._ended or self._table)
+        return bool(self._table)
 
-    def gather(self) -> None:
-        """Adds the ended requests to the table (transport thread)."""
-        ended, table = self._ended, self._table
-        while ended:
-            route, method, status, duration_ns = ended.popleft()
-            if route not in self._routes:
-                route = self._admit(route)
-            if len(method) > MAX_METHOD_CHARS:
-                method = OTHER
-            key = (route, method, status // 100 if 100 <= status < 600 else 0)
-            entry = table.get(key)
-            if entry is None:
-                entry = table[key] = [0] * (2 + BUCKETS)
-            entry[_COUNT] += 1
-            entry[_SUM] += max(duration_ns, 0)
-            entry[2 + bucket(duration_ns)] += 1
+    def add(self, route: str, method: str, status: int | str, duration_ns: int, /) -> None:
+        """One request ended (app threads; never raises)."""
+        try:
+            with self._lock:
+                self._count(route, method, status, duration_ns)
+        except Exception:
+            self.lost += 1
+        if self.waiting:
+            self.waiting = False
+            self._wake()
 
-    def _admit(self, route: str) -> str:
-        if len(self._routes) < MAX_ROUTES and len(route) <= MAX_ROUTE_CHARS:
-            self._routes.add(route)
-            return route
-        return OTHER
+    def _count(self, route: str, method: str, status: int | str, duration_ns: int) -> None:
+        if isinstance(status, str):
+            status = status_of(status)
+        if not (isinstance(status, int) and isinstance(duration_ns, int)):
+            raise TypeError("a status is an int or a status line, a duration an int")
+        status_class = status // 100 if 100 <= status < 600 else 0
+        max_routes, max_route_chars, max_methods, max_method_chars = self._limits
+        route = self._admitted(route, self._routes, max_routes, max_route_chars)
+        method = self._admitted(method, self._methods, max_methods, max_method_chars)
+        key = (route, method, status_class)
+        entry = self._table.get(key)
+        if entry is None:
+            entry = self._table[key] = [0] * (3 + len(self._bounds))
+        entry[0] += 1
+        entry[1] = min(entry[1] + max(duration_ns, 0), SUM_LIMIT)
+        entry[2 + bisect_left(self._bounds, duration_ns)] += 1
 
-    def take(self) -> ingest_pb2.RouteCounts | None:
-        """What was counted since the last take, as the wire's message (None: nothing;
-        transport thread)."""
-        self.gather()
-        table, self._table = self._table, {}
-        if not table:
-            return None
-        message = ingest_pb2.RouteCounts(wall_ns=time.time_ns())
-        for (route, method, status_class), entry in table.items():
-            message.routes.add(
-                route=route,
-                method=method,
-                status_class=status_class,
-                count=entry[_COUNT],
-                duration_ns_sum=entry[_SUM],
-                buckets=entry[2:],
-            )
-        return message
+    def _admitted(self, name: object, seen: set[str], max_count: int, max_chars: int) -> str:
+        if not isinstance(name, str):
+            return self._other
+        name = str.__str__(name)  # a subclass counts as its text, as a str
+        if name in seen:
+            return name
+        if len(seen) < max_count and len(name) <= max_chars:
+            seen.add(name)
+            return name
+        return self._other
+
+    def take(self) -> list[Row]:
+        """What was counted since the last take (transport thread)."""
+        with self._lock:
+            table, self._table = self._table, {}
+        return [(r, m, c, e[0], e[1], e[2:]) for (r, m, c), e in table.items()]
+
+
+def status_of(line: str) -> int:
+    """A WSGI status line's code: its leading ASCII digits up to a space or the end, 1 to 9
+    of them; else 0."""
+    code = line.partition(" ")[0]
+    return int(code) if 0 < len(code) <= 9 and code.isascii() and code.isdigit() else 0
+
+
+def new_table(wake: Callable[[], None] = lambda: None) -> Table:
+    """The C table when it is built, else its Python twin."""
+    limits = (BOUNDS_NS, MAX_ROUTES, MAX_ROUTE_CHARS, MAX_METHODS, MAX_METHOD_CHARS, OTHER, wake)
+    _counts = native.extension("_counts")
+    if _counts is None:
+        return CountTable(*limits)
+    table: Table = _counts.CountTable(*limits)
+    return table
+
+
+def message(rows: list[Row]) -> ingest_pb2.RouteCounts | None:
+    """A take as the wire's message (None: nothing was counted)."""
+    if not rows:
+        return None
+    counts = ingest_pb2.RouteCounts(wall_ns=time.time_ns())
+    for route, method, status_class, count, duration_ns_sum, buckets in rows:
+        counts.routes.add(
+            route=route,
+            method=method,
+            status_class=status_class,
+            count=count,
+            duration_ns_sum=duration_ns_sum,
+            buckets=buckets,
+        )
+    return counts

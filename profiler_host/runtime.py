@@ -36,6 +36,9 @@ from profiler_host.transport import Transport, TransportSettings
 
 log = logging.getLogger("profiler_host")
 
+# the started profiler, or None: what the middlewares read for every request
+STARTED: Profiler | None = None
+
 
 class Profiler:
     def __init__(self, settings: HostSettings) -> None:
@@ -45,8 +48,6 @@ class Profiler:
         self.instrumenter = Instrumenter(self.filter, self.registry, cache=_code_cache(settings))
         self.finder = InstrumentingFinder(self.instrumenter)
         self.sampler = new_sampler(settings.sample_rate, settings.route_interval)
-        # what every request pays: the middleware calls these straight, before `open`
-        self.decide = self.sampler.decide
         self.force_secret = settings.force_secret or None
         self.transport = Transport(
             TransportSettings(
@@ -59,6 +60,11 @@ class Profiler:
             self.registry,
             running=lambda: list(hooks.ACTIVE),
         )
+        # what every request pays, in C where it is built: the middlewares call these
+        # straight (`decide` before `open`; `count(route, method, status, duration_ns)` as
+        # any request ends, sampled or not)
+        self.decide = self.sampler.decide
+        self.count = self.transport.counts.add
         self._ids = itertools.count(1)
         # sampled requests in flight change together with the propagation patches
         self._in_flight = threading.Lock()
@@ -71,9 +77,11 @@ class Profiler:
         self.started = False
 
     def start(self) -> None:
+        global STARTED
         if self.started:
             return
         self.started = True
+        STARTED = self
         if layouts.LAYOUT is None:
             log.warning(
                 "request-profiler: Python %d.%d is not supported by the bytecode rewriter yet "
@@ -91,9 +99,11 @@ class Profiler:
             self._begin_whole_process()
 
     def stop(self) -> None:
+        global STARTED
         if not self.started:
             return
         self.started = False
+        STARTED = None
         atexit.unregister(self.stop)
         if self._whole is not None:
             self.end(self._whole)
@@ -170,10 +180,6 @@ class Profiler:
             hooks.ACTIVE.append(request)
         self.transport.start()  # a long request (whole process) streams while it runs
         return request
-
-    def count(self, route: str, method: str, status: int, duration_ns: int) -> None:
-        """An HTTP request ended, sampled or not: every one is counted."""
-        self.transport.counts.add(route, method, status, duration_ns)
 
     def end(self, request: Request, status: int = 0) -> None:
         request.finish(status)
@@ -254,7 +260,7 @@ _profiler: Profiler | None = None
 
 
 def active() -> Profiler | None:
-    return _profiler if _profiler is not None and _profiler.started else None
+    return STARTED
 
 
 def start(**options: object) -> Profiler:

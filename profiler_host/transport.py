@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from profiler_core.wire import ingest_pb2
+from profiler_host import request_counts
 from profiler_host.batching import Batcher
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
-from profiler_host.request_counts import LOST, RequestCounts
 from profiler_host.security import ChannelSecurity
 
 log = logging.getLogger("profiler_host")
@@ -108,6 +108,9 @@ class Transport:
         self._streaming = threading.Event()  # the first stream's threads run, or it failed
         self._logged_refusals: set[tuple[str, str]] = set()
         self._pid = os.getpid()
+        # every request of the app is added here (the middlewares hold its `add`): one table
+        # for the transport's life, emptied for each session
+        self.counts = request_counts.new_table(self._counted)
         self._new_session()
 
     def _new_session(self) -> None:
@@ -125,7 +128,9 @@ class Transport:
         self.refused: str | None = None  # why the server refused the last stream
         self.connected = False
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
-        self.counts = RequestCounts(self._counted)
+        self.counts.take()  # a forked child's table holds its parent's counts
+        self.counts.waiting = True  # the first request counted starts this session's thread
+        self.counts.lost = 0
         self._counts_due = time.monotonic() + COUNTS_EVERY
         self._counts_now = False  # a flush or stop sends the counts at once
 
@@ -313,7 +318,7 @@ class Transport:
         the stream's end wakes it."""
         self._idle = True  # before looking: work that arrives after the look kicks
         self.counts.waiting = True
-        if self._finished or self._running() or any(self._unreported) or self.counts.ungathered:
+        if self._finished or self._running() or any(self._unreported):
             self._idle = False
             return self.settings.flush_interval
         if self.counts.pending:  # the report is due on a timer: requests counted meanwhile
@@ -417,7 +422,7 @@ class Transport:
                 if lost:
                     request.truncated = True
                     self.drop("buffer_full", requests=0, events=lost)
-        self._gather_counts()
+        self._report_lost_counts()
         with self._lock:
             drops = self._unreported if any(self._unreported) else None
             self._unreported = (Counter(), Counter())
@@ -425,7 +430,7 @@ class Transport:
         if self._counts_now or time.monotonic() >= self._counts_due:
             self._counts_now = False
             self._counts_due = time.monotonic() + COUNTS_EVERY
-            builder.route_counts(self.counts.take())
+            builder.route_counts(request_counts.message(self.counts.take()))
         if builder.empty:
             return
         self._seq += 1
@@ -438,12 +443,11 @@ class Transport:
         if outbox is not None:
             outbox.put(payload)
 
-    def _gather_counts(self) -> None:
-        self.counts.gather()
+    def _report_lost_counts(self) -> None:
         lost = self.counts.lost
         if lost:
             self.counts.lost -= lost
-            self.drop(LOST, requests=lost)
+            self.drop(request_counts.LOST, requests=lost)
 
     def _discard(self, reason: str) -> None:
         """While refused: finished requests, running requests' new events and the counts

@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterable, Iterator
 from time import monotonic_ns
 from typing import Any
 
+from profiler_host import runtime
 from profiler_host.recording import CURRENT, Request
+from profiler_host.request_counts import status_of
 from profiler_host.routes import wsgi_route
-from profiler_host.runtime import Profiler, active, reset
+from profiler_host.runtime import Profiler, reset
 
 FORCE_HEADER = "HTTP_X_PROFILER_FORCE"
 
@@ -19,32 +21,65 @@ class ProfilerMiddleware:
         self.app = app
 
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
-        profiler = active()
+        profiler = runtime.STARTED
         if profiler is None:
             return self.app(environ, start_response)
-        # a request that is not sampled pays this, the sampler's C call and its count
-        path, method = environ.get("PATH_INFO") or "/", environ.get("REQUEST_METHOD", "")
+        # a request that is not sampled pays this frame, the sampler's C call, the status
+        # closure (which reads the route) and its count (C)
+        path = environ.get("PATH_INFO") or "/"
         forced = profiler.force_secret is not None and profiler.forced(environ.get(FORCE_HEADER))
-        request = profiler.open(path, method, forced) if forced or profiler.decide(path) else None
-        if request is None:
-            return _counted(profiler, self.app, environ, start_response, path, method)
-        token = CURRENT.set(request.main)
-        response = _Response(profiler, request, token)
+        if forced or profiler.decide(path):
+            request = profiler.open(path, environ.get("REQUEST_METHOD", ""), forced)
+            if request is not None:
+                return _recorded(profiler, request, self.app, environ, start_response)
+        started = monotonic_ns()
+        seen: list[Any] = [0, None]  # status line (the count reads its code), route
 
         def capture_status(status: str, headers: list, exc_info: Any = None) -> Callable:
-            response.status = _status_code(status)
-            response.route = wsgi_route(environ)  # Flask forgets it after the response
+            seen[0], seen[1] = status, wsgi_route(environ)
             if exc_info is None:
                 return start_response(status, headers)
             return start_response(status, headers, exc_info)
 
         try:
-            response.body = self.app(environ, capture_status)
+            return self.app(environ, capture_status)
         except BaseException:
-            response.status = response.status or 500
-            response.close()
+            seen[0] = seen[0] or 500
             raise
-        return response
+        finally:  # counted once the app returns its body (a streamed body's time is not in it)
+            profiler.count(
+                seen[1] or path,
+                environ.get("REQUEST_METHOD", ""),
+                seen[0],
+                monotonic_ns() - started,
+            )
+
+
+def _recorded(
+    profiler: Profiler,
+    request: Request,
+    app: Callable[..., Iterable[bytes]],
+    environ: dict[str, Any],
+    start_response: Callable,
+) -> Iterable[bytes]:
+    """A sampled request, recorded until the server closes its response."""
+    token = CURRENT.set(request.main)
+    response = _Response(profiler, request, token)
+
+    def capture_status(status: str, headers: list, exc_info: Any = None) -> Callable:
+        response.status = status_of(status)
+        response.route = wsgi_route(environ)  # Flask forgets it after the response
+        if exc_info is None:
+            return start_response(status, headers)
+        return start_response(status, headers, exc_info)
+
+    try:
+        response.body = app(environ, capture_status)
+    except BaseException:
+        response.status = response.status or 500
+        response.close()
+        raise
+    return response
 
 
 class _Response:
@@ -75,39 +110,3 @@ class _Response:
             self.request.route = self.route or self.request.route
             reset(self.token)
             self.profiler.end(self.request, self.status)
-
-
-def _counted(
-    profiler: Profiler,
-    app: Callable[..., Iterable[bytes]],
-    environ: dict[str, Any],
-    start_response: Callable,
-    path: str,
-    method: str,
-) -> Iterable[bytes]:
-    """An unsampled request: counted once the app returns its body (a streamed body's
-    time is not in its duration)."""
-    started = monotonic_ns()
-    seen: list[Any] = [0, None]  # status, route
-
-    def capture_status(status: str, headers: list, exc_info: Any = None) -> Callable:
-        seen[0], seen[1] = _status_code(status), wsgi_route(environ)
-        if exc_info is None:
-            return start_response(status, headers)
-        return start_response(status, headers, exc_info)
-
-    try:
-        body = app(environ, capture_status)
-    except BaseException:
-        seen[0] = seen[0] or 500
-        raise
-    finally:
-        profiler.count(seen[1] or path, method, seen[0], monotonic_ns() - started)
-    return body
-
-
-def _status_code(status: str) -> int:
-    try:
-        return int(status.split(" ", 1)[0])
-    except ValueError:
-        return 0

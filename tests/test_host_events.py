@@ -57,8 +57,8 @@ def test_c_build_has_these_constants() -> None:
 
 @pytest.mark.skipif(recording.IMPLEMENTATION != "c", reason="the C hot path is not in use")
 def test_stubs_match_the_c_modules() -> None:
-    """`_hotpath.pyi` and `_sampling.pyi`, which the type checker reads, say what the modules
-    built for this interpreter hold (mypy's stubtest)."""
+    """`_hotpath.pyi`, `_sampling.pyi` and `_counts.pyi`, which the type checker reads, say
+    what the modules built for this interpreter hold (mypy's stubtest)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -66,6 +66,7 @@ def test_stubs_match_the_c_modules() -> None:
             "mypy.stubtest",
             "profiler_host._hotpath",
             "profiler_host._sampling",
+            "profiler_host._counts",
         ],
         capture_output=True,
         text=True,
@@ -77,10 +78,11 @@ def test_stubs_match_the_c_modules() -> None:
     os.environ.get("PROFILER_PURE_PYTHON", "") not in ("", "0"), reason="no C build wanted"
 )
 def test_c_modules_are_used_on_this_interpreter() -> None:
-    """Both extensions were built (they are optional: a failed compile does not fail the
+    """The extensions were built (they are optional: a failed compile does not fail the
     install), and the hot path passes recording's check (a stale or mismatched build would
     fall back to Python silently)."""
-    assert native.extension("_sampling") is not None, "profiler_host._sampling is not built"
+    for name in ("_sampling", "_counts"):
+        assert native.extension(name) is not None, f"profiler_host.{name} is not built"
     assert recording.IMPLEMENTATION == "c"
 
 

@@ -181,7 +181,6 @@ def test_counts_waiting_for_their_report_do_not_hold_back_a_finished_request() -
     transport = Transport(TransportSettings("127.0.0.1:9", "counted"), FunctionRegistry(), list)
     transport.counts.waiting = False  # as after the transport's last look: no thread needed
     transport.counts.add("/a", "GET", 200, 1_000)
-    transport.counts.gather()
     wait = transport._next_wait()
     assert wait is not None and 0 <= wait <= COUNTS_EVERY
     assert not transport.counts.waiting  # a counted request does not wake it ...

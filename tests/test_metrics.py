@@ -294,7 +294,7 @@ def test_stack_waits_are_series_of_their_own_within_the_same_top_k() -> None:
     stacks = Totals(owner, np.array([1, 2]), values)
     names = {1: "app:busy", 2: "app:sleepy"}
     none = Totals(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), values[:, :0])
-    metrics.record(StoredRequests([row], [b""], stacks, none, {}, names.get), {})
+    metrics.record(StoredRequests([row], [b""], stacks, none, {}, names.get))
     samples = [s for family in registry.collect() for s in family.samples]
 
     def series(name: str) -> dict[tuple[str, ...], float]:

@@ -1,11 +1,37 @@
-"""Every request counted on the host, and the bucket percentiles both sides read."""
+"""Every request counted on the host, by the C table and its Python twin alike, and the
+bucket percentiles both sides read."""
 
 from __future__ import annotations
 
+import random
 import threading
+from collections.abc import Callable
+
+import pytest
 
 from profiler_core.latency import BOUNDS_NS, BUCKETS, FACTOR, bucket, percentile
-from profiler_host.request_counts import MAX_ROUTES, MAX_WAITING, OTHER, RequestCounts
+from profiler_host import native, request_counts
+from profiler_host.request_counts import (
+    MAX_METHOD_CHARS,
+    MAX_METHODS,
+    MAX_ROUTE_CHARS,
+    MAX_ROUTES,
+    OTHER,
+    CountTable,
+    Table,
+)
+
+_counts = native.extension("_counts")
+LINES = ("200 OK", "404", "", " 200", "20x OK", "\u0662\u0660\u0660 OK", "1234567890 X", "099 Hm")
+LINES += ("600 X", "+200 OK", "123456789 Long", "201 Created \u00e9")
+LIMITS = (MAX_ROUTES, MAX_ROUTE_CHARS, MAX_METHODS, MAX_METHOD_CHARS, OTHER)
+TWINS: dict[str, Callable[..., Table]] = {"python": CountTable}
+if _counts is not None:
+    TWINS["c"] = _counts.CountTable
+
+
+def _table(twin: str, wake: Callable[[], None] = lambda: None) -> Table:
+    return TWINS[twin](BOUNDS_NS, *LIMITS, wake)
 
 
 def test_buckets_hold_their_bounds():
@@ -28,14 +54,16 @@ def test_percentile_within_a_bucket_of_the_truth():
     assert percentile([0] * BUCKETS, 0.5) is None
 
 
-def test_counts_per_route_method_and_status_class_then_start_again():
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_counts_per_route_method_and_status_class_then_start_again(twin: str):
     woken = []
-    counts = RequestCounts(lambda: woken.append(1))
+    counts = _table(twin, lambda: woken.append(1))
     for status in (200, 201, 404, 500, 503, 0):
         counts.add("/a", "GET", status, 2_000_000)
     counts.add("/b", "POST", 200, 5_000_000)
     assert woken == [1]  # once per report, not per request
-    message = counts.take()
+    assert counts.pending
+    message = request_counts.message(counts.take())
     assert message is not None and message.wall_ns > 0
     rows = {(r.route, r.method, r.status_class): r for r in message.routes}
     assert {k: r.count for k, r in rows.items()} == {
@@ -48,25 +76,113 @@ def test_counts_per_route_method_and_status_class_then_start_again():
     b = rows[("/b", "POST", 2)]
     assert b.duration_ns_sum == 5_000_000
     assert list(b.buckets) == [1 if i == bucket(5_000_000) else 0 for i in range(BUCKETS)]
-    assert counts.take() is None and not counts.pending
+    assert counts.take() == [] and not counts.pending
+    assert request_counts.message([]) is None
+    counts.waiting = True  # as the transport does before it sleeps
+    counts.add("/a", "GET", 200, 1)
+    assert woken == [1, 1]
 
 
-def test_routes_past_the_limit_count_as_other():
-    counts = RequestCounts()
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_routes_and_methods_past_their_limits_count_as_other(twin: str):
+    counts = _table(twin)
     for i in range(MAX_ROUTES + 50):
         counts.add(f"/r{i}", "GET", 200, 1)
-    counts.add("/" + "x" * 600, "GET", 200, 1)
+    counts.add("/" + "x" * (MAX_ROUTE_CHARS + 1), "GET", 200, 1)
     counts.add("/r0", "A-VERY-LONG-HTTP-METHOD", 200, 1)
-    message = counts.take()
-    assert message is not None
-    routes = {(r.route, r.method): r.count for r in message.routes}
+    for i in range(MAX_METHODS + 3):
+        counts.add("/r1", f"M{i}", 200, 1)
+    rows = counts.take()
+    routes = {(r[0], r[1]): r[3] for r in rows}
     assert routes[(OTHER, "GET")] == 51
     assert routes[("/r0", OTHER)] == 1
+    assert routes[("/r1", OTHER)] == MAX_METHODS + 3 - (MAX_METHODS - 1)  # GET took a place
     assert len({r for r, _ in routes}) == MAX_ROUTES + 1
+    assert sum(r[3] for r in rows) == MAX_ROUTES + 51 + 1 + MAX_METHODS + 3
 
 
-def test_threads_lose_no_count():
-    counts = RequestCounts()
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_what_is_not_a_request_of_strings_and_ints_is_lost_counted_never_raised(twin: str):
+    class Route(str):
+        def __hash__(self) -> int:
+            raise AssertionError("a str subclass' own hash is never called")
+
+    counts = _table(twin)
+    counts.add(Route("/sub"), "GET", 200, 10)
+    counts.add(None, "GET", 200, 10)  # type: ignore[arg-type]
+    counts.add("/big", "GET", 10**30, -(10**30))
+    counts.add("/bad", "GET", 200.0, 10)  # type: ignore[arg-type]
+    counts.add("/bad", "GET", 200, 10.0)  # type: ignore[arg-type]
+    rows = sorted(counts.take())
+    assert [(r[0], r[1], r[2], r[3], r[4], r[5][0]) for r in rows] == [
+        ("(other)", "GET", 2, 1, 10, 1),
+        ("/big", "GET", 0, 1, 0, 1),
+        ("/sub", "GET", 2, 1, 10, 1),
+    ]
+    assert type(rows[2][0]) is str
+    assert counts.lost == 2
+
+
+STATUSES = (0, 99, 100, 200, 302, 404, 599, 600, 2**40, True, *LINES)
+
+
+def test_a_status_line_counts_by_its_leading_ascii_digits():
+    assert [request_counts.status_of(line) for line in LINES] == [
+        200,
+        404,
+        0,
+        0,
+        0,
+        0,
+        0,
+        99,
+        600,
+        0,
+        123456789,
+        201,
+    ]
+
+
+@pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
+def test_the_c_table_counts_what_its_python_twin_counts():
+    """Random requests, many routes and methods past the limits, durations on and around
+    every bucket bound, and takes in between."""
+    rng = random.Random(7)
+    routes = [f"/r/{i}" for i in range(MAX_ROUTES + 40)] + ["/" + "y" * (MAX_ROUTE_CHARS + 1)]
+    methods = ["GET", "POST", "PUT"] + [f"X{i}" for i in range(MAX_METHODS + 2)] + ["Z" * 17]
+    durations = [
+        0,
+        -5,
+        2**63 - 1,
+        *BOUNDS_NS,
+        *(b + 1 for b in BOUNDS_NS),
+        *(b - 1 for b in BOUNDS_NS),
+    ]
+    tables = [_table("python"), _table("c")]
+    for step in range(20_000):
+        request = (
+            rng.choice(routes),
+            rng.choice(methods),
+            rng.choice(STATUSES),
+            rng.choice(durations) if rng.random() < 0.5 else rng.randrange(0, 10**12),
+        )
+        for table in tables:
+            table.add(*request)
+        if step % 3000 == 0:
+            python, c = (sorted(table.take()) for table in tables)
+            assert python == c
+    python, c = (sorted(table.take()) for table in tables)
+    assert python == c and python
+
+
+def test_the_transport_uses_the_c_table_where_it_is_built():
+    expected = CountTable if _counts is None else _counts.CountTable
+    assert type(request_counts.new_table()) is expected
+
+
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_threads_lose_no_count(twin: str):
+    counts = _table(twin)
     taken = []
 
     def serve():
@@ -75,9 +191,7 @@ def test_threads_lose_no_count():
 
     def report():
         for _ in range(50):
-            message = counts.take()
-            if message is not None:
-                taken.extend(r.count for r in message.routes)
+            taken.extend(row[3] for row in counts.take())
 
     threads = [threading.Thread(target=serve) for _ in range(4)] + [threading.Thread(target=report)]
     for t in threads:
@@ -86,12 +200,3 @@ def test_threads_lose_no_count():
         t.join()
     report()
     assert sum(taken) == 8000
-
-
-def test_requests_past_the_waiting_bound_are_lost_and_counted():
-    counts = RequestCounts()
-    for _ in range(MAX_WAITING + 7):
-        counts.add("/w", "GET", 200, 1)
-    assert counts.lost == 7
-    message = counts.take()
-    assert message is not None and [r.count for r in message.routes] == [MAX_WAITING]

@@ -320,7 +320,7 @@ def test_the_ui_logs_in_with_the_read_token(tmp_path: Path, start_server, pki: d
         transport.stop(timeout=1)
     url = f"https://localhost:{server.server.http_port}/"
     with chromium_page(ignore_https_errors=True) as page:
-        page.goto(url)
+        page.goto(url + "#/requests")  # the landing page is the routes overview
         page.wait_for_function("window.__profilerUI.view === 'login'", timeout=15_000)
         assert "read token" in page.inner_text("form.login")
         page.fill("#token", "not-the-token-0123456789")

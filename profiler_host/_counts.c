@@ -1,0 +1,463 @@
+/* Every request's count in C (profiler_host._counts.CountTable).
+ *
+ * Every request the middleware sees is counted, sampled or not, so this runs once per
+ * request of the app: in Python the table costs about ten thousand instructions a request
+ * (a tuple, a bucket search, a dict and list updates); here it is one dict lookup and a
+ * few adds. It is the twin of `profiler_host.request_counts.CountTable` (tests compare
+ * the two on random requests); every bound and the bucket bounds come from that module, so
+ * they are written once.
+ *
+ * An `add` runs under the GIL from start to end: it calls no Python code while it changes
+ * the table (keys are exact str and int, whose hash and comparison are C's), so an app
+ * thread's add and the transport thread's take never interleave. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define CLASSES 6 /* status classes: 0 (none or out of range), 1xx .. 5xx */
+
+typedef struct {
+    PyObject_HEAD
+    int64_t *bounds;      /* inclusive upper bounds of the buckets but the last, ascending */
+    Py_ssize_t nbounds;
+    Py_ssize_t width;     /* int64s per entry: count, duration sum, one count per bucket */
+    Py_ssize_t max_routes;
+    Py_ssize_t max_route_chars;
+    Py_ssize_t max_methods;
+    Py_ssize_t max_method_chars;
+    PyObject *other;      /* the name of what is past a bound */
+    PyObject *wake;       /* called by the first add after the transport set `waiting` */
+    PyObject *routes;     /* set: routes admitted (for the process' life) */
+    PyObject *methods;    /* set: methods admitted */
+    PyObject *classes[CLASSES];
+    PyObject *index;      /* dict: (route, method, class) -> entry number since the last take */
+    int64_t *entries;     /* `used` entries of `width` int64s */
+    Py_ssize_t used;
+    Py_ssize_t capacity;
+    int waiting;
+    unsigned long long lost; /* requests not counted: no memory for them */
+} CountTable;
+
+static int
+table_traverse(CountTable *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->other);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->routes);
+    Py_VISIT(self->methods);
+    Py_VISIT(self->index);
+    return 0;
+}
+
+static int
+table_clear(CountTable *self)
+{
+    Py_CLEAR(self->other);
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->routes);
+    Py_CLEAR(self->methods);
+    Py_CLEAR(self->index);
+    for (int i = 0; i < CLASSES; i++)
+        Py_CLEAR(self->classes[i]);
+    return 0;
+}
+
+static void
+table_dealloc(CountTable *self)
+{
+    PyObject_GC_UnTrack(self);
+    table_clear(self);
+    PyMem_Free(self->bounds);
+    PyMem_Free(self->entries);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+table_init(CountTable *self, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"bounds", "max_routes", "max_route_chars", "max_methods",
+                               "max_method_chars", "other", "wake", NULL};
+    PyObject *bounds, *other, *wake, *seq;
+    Py_ssize_t max_routes, max_route_chars, max_methods, max_method_chars;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnnnUO", keywords, &bounds, &max_routes,
+                                     &max_route_chars, &max_methods, &max_method_chars,
+                                     &other, &wake))
+        return -1;
+    if (self->index != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "CountTable is initialised once");
+        return -1;
+    }
+    seq = PySequence_Fast(bounds, "bounds must be a sequence of ints");
+    if (seq == NULL)
+        return -1;
+    self->nbounds = PySequence_Fast_GET_SIZE(seq);
+    self->bounds = PyMem_Calloc(self->nbounds ? self->nbounds : 1, sizeof(int64_t));
+    if (self->bounds == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->nbounds; i++) {
+        self->bounds[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (self->bounds[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    self->width = 2 + self->nbounds + 1;
+    self->max_routes = max_routes;
+    self->max_route_chars = max_route_chars;
+    self->max_methods = max_methods;
+    self->max_method_chars = max_method_chars;
+    self->other = Py_NewRef(other);
+    self->wake = Py_NewRef(wake);
+    self->routes = PySet_New(NULL);
+    self->methods = PySet_New(NULL);
+    self->index = PyDict_New();
+    if (self->routes == NULL || self->methods == NULL || self->index == NULL)
+        return -1;
+    for (int i = 0; i < CLASSES; i++) {
+        self->classes[i] = PyLong_FromLong(i);
+        if (self->classes[i] == NULL)
+            return -1;
+    }
+    self->waiting = 1;
+    return 0;
+}
+
+/* `name` if it is admitted or can be (a new reference), else `other`: exact str only, so
+ * nothing but C runs while the table changes (a str subclass is copied to a str). */
+static PyObject *
+admitted(CountTable *self, PyObject *name, PyObject *seen, Py_ssize_t max_count,
+         Py_ssize_t max_chars)
+{
+    PyObject *exact;
+    int found;
+    if (!PyUnicode_Check(name))
+        return Py_NewRef(self->other);
+    exact = PyUnicode_CheckExact(name) ? Py_NewRef(name) : PyUnicode_FromObject(name);
+    if (exact == NULL)
+        return NULL;
+    found = PySet_Contains(seen, exact);
+    if (found == 1)
+        return exact;
+    if (found == 0 && PySet_GET_SIZE(seen) < max_count &&
+        PyUnicode_GET_LENGTH(exact) <= max_chars) {
+        if (PySet_Add(seen, exact) == 0)
+            return exact;
+    }
+    Py_DECREF(exact);
+    return found < 0 || PyErr_Occurred() ? NULL : Py_NewRef(self->other);
+}
+
+/* The entry of (route, method, class), made when new; NULL with an error set. */
+static int64_t *
+entry_of(CountTable *self, PyObject *route, PyObject *method, int status_class)
+{
+    PyObject *key, *number;
+    Py_ssize_t at;
+    key = PyTuple_Pack(3, route, method, self->classes[status_class]);
+    if (key == NULL)
+        return NULL;
+    number = PyDict_GetItemWithError(self->index, key);
+    if (number != NULL) {
+        Py_DECREF(key);
+        at = PyLong_AsSsize_t(number);
+        return at < 0 ? NULL : self->entries + at * self->width;
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (self->used == self->capacity) {
+        Py_ssize_t capacity = self->capacity ? 2 * self->capacity : 16;
+        int64_t *grown = PyMem_Realloc(self->entries,
+                                       (size_t)(capacity * self->width) * sizeof(int64_t));
+        if (grown == NULL) {
+            Py_DECREF(key);
+            PyErr_NoMemory();
+            return NULL;
+        }
+        self->entries = grown;
+        self->capacity = capacity;
+    }
+    number = PyLong_FromSsize_t(self->used);
+    if (number == NULL || PyDict_SetItem(self->index, key, number) < 0) {
+        Py_XDECREF(number);
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_DECREF(number);
+    Py_DECREF(key);
+    memset(self->entries + self->used * self->width, 0, (size_t)self->width * sizeof(int64_t));
+    return self->entries + self->used++ * self->width;
+}
+
+static Py_ssize_t
+bucket_of(CountTable *self, int64_t duration_ns)
+{
+    /* the first bucket whose inclusive upper bound the duration does not pass (bisect_left) */
+    Py_ssize_t low = 0, high = self->nbounds;
+    while (low < high) {
+        Py_ssize_t middle = (low + high) / 2;
+        if (self->bounds[middle] < duration_ns)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    return low;
+}
+
+/* A WSGI status line's code (request_counts.status_of): its leading ASCII digits up to a
+ * space or the end, 1 to 9 of them; else 0. */
+static int
+status_line_code(PyObject *line, long long *status)
+{
+    Py_ssize_t length = PyUnicode_GET_LENGTH(line), i;
+    int kind = PyUnicode_KIND(line);
+    const void *data = PyUnicode_DATA(line);
+    long long code = 0;
+    for (i = 0; i < length; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c == ' ')
+            break;
+        if (c < '0' || c > '9' || i >= 9) {
+            *status = 0;
+            return 0;
+        }
+        code = code * 10 + (c - '0');
+    }
+    *status = i > 0 ? code : 0;
+    return 0;
+}
+
+static int
+count(CountTable *self, PyObject *const *args)
+{
+    PyObject *route, *method;
+    long long status, duration_ns;
+    int overflow, status_class;
+    int64_t *entry;
+    if (PyUnicode_Check(args[2])) {
+        if (status_line_code(args[2], &status) < 0)
+            return -1;
+        overflow = 0;
+    }
+    else {
+        status = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+        if (status == -1 && PyErr_Occurred())
+            return -1;
+    }
+    status_class = !overflow && status >= 100 && status < 600 ? (int)(status / 100) : 0;
+    duration_ns = PyLong_AsLongLongAndOverflow(args[3], &overflow);
+    if (duration_ns == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        duration_ns = overflow > 0 ? INT64_MAX : 0;
+    route = admitted(self, args[0], self->routes, self->max_routes, self->max_route_chars);
+    if (route == NULL)
+        return -1;
+    method = admitted(self, args[1], self->methods, self->max_methods, self->max_method_chars);
+    if (method == NULL) {
+        Py_DECREF(route);
+        return -1;
+    }
+    entry = entry_of(self, route, method, status_class);
+    Py_DECREF(route);
+    Py_DECREF(method);
+    if (entry == NULL)
+        return -1;
+    entry[0] += 1;
+    if (duration_ns > 0) /* the sum stops at INT64_MAX (request_counts.SUM_LIMIT) */
+        entry[1] = entry[1] > INT64_MAX - duration_ns ? INT64_MAX : entry[1] + duration_ns;
+    entry[2 + bucket_of(self, duration_ns)] += 1;
+    return 0;
+}
+
+static PyObject *
+table_add(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "add(route, method, status, duration_ns)");
+        return NULL;
+    }
+    if (self->index == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "CountTable is not initialised");
+        return NULL;
+    }
+    if (count(self, args) < 0) { /* never raises into the app: the request is lost, counted */
+        PyErr_Clear();
+        self->lost++;
+    }
+    if (self->waiting) {
+        PyObject *result;
+        self->waiting = 0;
+        result = PyObject_CallNoArgs(self->wake);
+        if (result == NULL)
+            PyErr_WriteUnraisable(self->wake);
+        Py_XDECREF(result);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+table_take(CountTable *self, PyObject *Py_UNUSED(ignored))
+{
+    /* the table is swapped for an empty one first: building the rows may run a collection,
+     * and a finalizer an add, which then goes to the new table */
+    PyObject *rows = NULL, *index = self->index, *fresh, *key, *number, *row, *buckets;
+    int64_t *entries = self->entries;
+    Py_ssize_t position = 0;
+    if (index == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "CountTable is not initialised");
+        return NULL;
+    }
+    fresh = PyDict_New();
+    if (fresh == NULL)
+        return NULL;
+    self->index = fresh;
+    self->entries = NULL;
+    self->used = self->capacity = 0;
+    rows = PyList_New(0);
+    if (rows == NULL)
+        goto done;
+    while (PyDict_Next(index, &position, &key, &number)) {
+        int64_t *entry = entries + PyLong_AsSsize_t(number) * self->width;
+        buckets = PyList_New(self->width - 2);
+        if (buckets == NULL)
+            goto failed;
+        for (Py_ssize_t i = 2; i < self->width; i++) {
+            PyObject *value = PyLong_FromLongLong(entry[i]);
+            if (value == NULL) {
+                Py_DECREF(buckets);
+                goto failed;
+            }
+            PyList_SET_ITEM(buckets, i - 2, value);
+        }
+        row = Py_BuildValue("(OOOLLN)", PyTuple_GET_ITEM(key, 0), PyTuple_GET_ITEM(key, 1),
+                            PyTuple_GET_ITEM(key, 2), (long long)entry[0], (long long)entry[1],
+                            buckets);
+        if (row == NULL || PyList_Append(rows, row) < 0) {
+            Py_XDECREF(row);
+            goto failed;
+        }
+        Py_DECREF(row);
+    }
+    goto done;
+failed:
+    Py_CLEAR(rows);
+done:
+    Py_DECREF(index);
+    PyMem_Free(entries);
+    return rows;
+}
+
+static PyObject *
+table_get_pending(CountTable *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->used > 0);
+}
+
+static PyObject *
+table_get_waiting(CountTable *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->waiting);
+}
+
+static int
+table_set_waiting(CountTable *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    int truth;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "waiting cannot be deleted");
+        return -1;
+    }
+    truth = PyObject_IsTrue(value);
+    if (truth < 0)
+        return -1;
+    self->waiting = truth;
+    return 0;
+}
+
+static PyObject *
+table_get_lost(CountTable *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(self->lost);
+}
+
+static int
+table_set_lost(CountTable *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    unsigned long long lost;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "lost cannot be deleted");
+        return -1;
+    }
+    lost = PyLong_AsUnsignedLongLong(value);
+    if (lost == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    self->lost = lost;
+    return 0;
+}
+
+static PyMethodDef table_methods[] = {
+    {"add", (PyCFunction)(void (*)(void))table_add, METH_FASTCALL,
+     "add(route, method, status, duration_ns): one request ended (never raises); status is "
+     "an int or a WSGI status line"},
+    {"take", (PyCFunction)table_take, METH_NOARGS,
+     "take() -> [(route, method, status_class, count, duration_ns_sum, buckets)]: what was "
+     "counted since the last take"},
+    {NULL},
+};
+
+static PyGetSetDef table_getset[] = {
+    {"pending", (getter)table_get_pending, NULL, "something was counted since the last take",
+     NULL},
+    {"waiting", (getter)table_get_waiting, (setter)table_set_waiting,
+     "the next add calls wake (the transport sets it before it sleeps)", NULL},
+    {"lost", (getter)table_get_lost, (setter)table_set_lost,
+     "requests not counted (no memory for them)", NULL},
+    {NULL},
+};
+
+static PyTypeObject CountTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._counts.CountTable",
+    .tp_basicsize = sizeof(CountTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "CountTable(bounds, max_routes, max_route_chars, max_methods, max_method_chars, "
+              "other, wake): every request counted (see profiler_host.request_counts).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)table_init,
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_traverse = (traverseproc)table_traverse,
+    .tp_clear = (inquiry)table_clear,
+    .tp_methods = table_methods,
+    .tp_getset = table_getset,
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "profiler_host._counts",
+    .m_doc = "Every request's count in C (see profiler_host.request_counts).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__counts(void)
+{
+    PyObject *module;
+    if (PyType_Ready(&CountTableType) < 0)
+        return NULL;
+    module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "CountTable", (PyObject *)&CountTableType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,26 @@
+"""Types of `profiler_host._counts` (`_counts.c`): every request's count in C, twin of
+`request_counts.CountTable`."""
+
+from collections.abc import Callable, Sequence
+from typing import final
+
+@final
+class CountTable:
+    """Every request counted (see `profiler_host.request_counts`)."""
+
+    waiting: bool
+    lost: int
+    @property
+    def pending(self) -> bool: ...
+    def __init__(
+        self,
+        bounds: Sequence[int],
+        max_routes: int,
+        max_route_chars: int,
+        max_methods: int,
+        max_method_chars: int,
+        other: str,
+        wake: Callable[[], object],
+    ) -> None: ...
+    def add(self, route: str, method: str, status: int, duration_ns: int, /) -> None: ...
+    def take(self) -> list[tuple[str, str, int, int, int, list[int]]]: ...
