@@ -15,6 +15,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define CLASSES 6 /* status classes: 0 (none or out of range), 1xx .. 5xx */
 
@@ -277,18 +278,12 @@ count(CountTable *self, PyObject *const *args)
     return 0;
 }
 
-static PyObject *
-table_add(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
+/* One request ended: counted, or lost and counted as lost; the first after the transport
+ * set `waiting` wakes it. Never raises. */
+static void
+added(CountTable *self, PyObject *const *args)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "add(route, method, status, duration_ns)");
-        return NULL;
-    }
-    if (self->index == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "CountTable is not initialised");
-        return NULL;
-    }
-    if (count(self, args) < 0) { /* never raises into the app: the request is lost, counted */
+    if (count(self, args) < 0) {
         PyErr_Clear();
         self->lost++;
     }
@@ -300,8 +295,207 @@ table_add(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
             PyErr_WriteUnraisable(self->wake);
         Py_XDECREF(result);
     }
+}
+
+static PyObject *
+table_add(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "add(route, method, status, duration_ns)");
+        return NULL;
+    }
+    if (self->index == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "CountTable is not initialised");
+        return NULL;
+    }
+    added(self, args);
     Py_RETURN_NONE;
 }
+
+/* --- Counted: a request that is not sampled, timed and counted ----------------------------
+ *
+ * What a middleware hands the app in place of WSGI's `start_response` or ASGI's `send`: it
+ * passes every call through unchanged, keeps the response's status (and, for WSGI, the
+ * route, read from the environ by `route_of` as the response starts: Flask forgets it
+ * afterwards), and `end` adds the request to the table. Twin of
+ * `request_counts.Counted`. */
+
+typedef struct {
+    PyObject_HEAD
+    CountTable *table;
+    PyObject *target;   /* start_response or send */
+    PyObject *path;     /* the route when none is known */
+    PyObject *method;
+    PyObject *environ;  /* WSGI: what route_of reads; NULL for ASGI */
+    PyObject *route_of;
+    PyObject *route;    /* NULL: none known yet */
+    PyObject *status;   /* an int or a status line; NULL: no response started */
+    int64_t started_ns;
+    int failed;
+    int ended;
+} Counted;
+
+static PyTypeObject CountedType;
+static PyObject *HTTP_RESPONSE_START, *WEBSOCKET_ACCEPT, *TYPE_KEY, *STATUS_KEY, *ZERO,
+    *SWITCHING, *INTERNAL_ERROR;
+
+static int64_t
+monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.monotonic_ns's clock */
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int
+counted_traverse(Counted *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->table);
+    Py_VISIT(self->target);
+    Py_VISIT(self->path);
+    Py_VISIT(self->method);
+    Py_VISIT(self->environ);
+    Py_VISIT(self->route_of);
+    Py_VISIT(self->route);
+    Py_VISIT(self->status);
+    return 0;
+}
+
+static int
+counted_clear(Counted *self)
+{
+    Py_CLEAR(self->table);
+    Py_CLEAR(self->target);
+    Py_CLEAR(self->path);
+    Py_CLEAR(self->method);
+    Py_CLEAR(self->environ);
+    Py_CLEAR(self->route_of);
+    Py_CLEAR(self->route);
+    Py_CLEAR(self->status);
+    return 0;
+}
+
+static void
+counted_dealloc(Counted *self)
+{
+    PyObject_GC_UnTrack(self);
+    counted_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* table.counted(target, path, method, environ=None, route_of=None): the clock starts */
+static PyObject *
+table_counted(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Counted *counted;
+    if (nargs != 3 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "counted(target, path, method[, environ, route_of])");
+        return NULL;
+    }
+    counted = PyObject_GC_New(Counted, &CountedType);
+    if (counted == NULL)
+        return NULL;
+    counted->table = (CountTable *)Py_NewRef(self);
+    counted->target = Py_NewRef(args[0]);
+    counted->path = Py_NewRef(args[1]);
+    counted->method = Py_NewRef(args[2]);
+    counted->environ = nargs == 5 && args[3] != Py_None ? Py_NewRef(args[3]) : NULL;
+    counted->route_of = nargs == 5 && args[4] != Py_None ? Py_NewRef(args[4]) : NULL;
+    counted->route = NULL;
+    counted->status = NULL;
+    counted->failed = counted->ended = 0;
+    counted->started_ns = monotonic_ns();
+    PyObject_GC_Track(counted);
+    return (PyObject *)counted;
+}
+
+/* WSGI: (status, headers[, exc_info]); ASGI: (message). Passed through as given. */
+static PyObject *
+counted_call(Counted *self, PyObject *args, PyObject *kwargs)
+{
+    if (self->environ != NULL) {
+        if (PyTuple_GET_SIZE(args) >= 1) {
+            Py_XSETREF(self->status, Py_NewRef(PyTuple_GET_ITEM(args, 0)));
+            if (self->route_of != NULL) {
+                /* the app's response goes on whatever reading the route does */
+                PyObject *route = PyObject_CallOneArg(self->route_of, self->environ);
+                if (route == NULL)
+                    PyErr_Clear();
+                else if (route == Py_None)
+                    Py_DECREF(route);
+                else
+                    Py_XSETREF(self->route, route);
+            }
+        }
+    }
+    else if (PyTuple_GET_SIZE(args) == 1 && PyDict_Check(PyTuple_GET_ITEM(args, 0))) {
+        PyObject *message = PyTuple_GET_ITEM(args, 0), *kind;
+        kind = PyDict_GetItemWithError(message, TYPE_KEY);
+        if (kind != NULL && PyUnicode_Check(kind)) {
+            if (PyUnicode_Compare(kind, HTTP_RESPONSE_START) == 0) {
+                PyObject *status = PyDict_GetItemWithError(message, STATUS_KEY);
+                Py_XSETREF(self->status, Py_NewRef(status != NULL ? status : ZERO));
+            }
+            else if (PyUnicode_Compare(kind, WEBSOCKET_ACCEPT) == 0)
+                Py_XSETREF(self->status, Py_NewRef(SWITCHING));
+        }
+        PyErr_Clear(); /* a key whose hash or comparison failed: the app's send sees it */
+    }
+    return PyObject_Call(self->target, args, kwargs);
+}
+
+static PyObject *
+counted_fail(Counted *self, PyObject *Py_UNUSED(ignored))
+{
+    self->failed = 1;
+    Py_RETURN_NONE;
+}
+
+/* end(route=None): counts the request once (never raises) */
+static PyObject *
+counted_end(Counted *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *fields[4], *duration;
+    if (self->ended)
+        Py_RETURN_NONE;
+    self->ended = 1;
+    duration = PyLong_FromLongLong(monotonic_ns() - self->started_ns);
+    if (duration == NULL) {
+        PyErr_Clear();
+        self->table->lost++;
+        Py_RETURN_NONE;
+    }
+    fields[0] = nargs >= 1 && args[0] != Py_None ? args[0]
+                : self->route != NULL          ? self->route
+                                               : self->path;
+    fields[1] = self->method;
+    fields[2] = self->status != NULL ? self->status : self->failed ? INTERNAL_ERROR : ZERO;
+    fields[3] = duration;
+    added(self->table, fields);
+    Py_DECREF(duration);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef counted_methods[] = {
+    {"fail", (PyCFunction)counted_fail, METH_NOARGS,
+     "fail(): the app raised (500 unless a response started)"},
+    {"end", (PyCFunction)(void (*)(void))counted_end, METH_FASTCALL,
+     "end(route=None): the request ended; counts it once"},
+    {NULL},
+};
+
+static PyTypeObject CountedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._counts.Counted",
+    .tp_basicsize = sizeof(Counted),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A request that is not sampled, timed and counted (CountTable.counted).",
+    .tp_dealloc = (destructor)counted_dealloc,
+    .tp_traverse = (traverseproc)counted_traverse,
+    .tp_clear = (inquiry)counted_clear,
+    .tp_call = (ternaryfunc)counted_call,
+    .tp_methods = counted_methods,
+};
 
 static PyObject *
 table_take(CountTable *self, PyObject *Py_UNUSED(ignored))
@@ -407,6 +601,9 @@ static PyMethodDef table_methods[] = {
     {"add", (PyCFunction)(void (*)(void))table_add, METH_FASTCALL,
      "add(route, method, status, duration_ns): one request ended (never raises); status is "
      "an int or a WSGI status line"},
+    {"counted", (PyCFunction)(void (*)(void))table_counted, METH_FASTCALL,
+     "counted(target, path, method, environ=None, route_of=None) -> Counted: a request "
+     "that is not sampled, its clock started"},
     {"take", (PyCFunction)table_take, METH_NOARGS,
      "take() -> [(route, method, status_class, count, duration_ns_sum, buckets)]: what was "
      "counted since the last take"},
@@ -450,12 +647,23 @@ PyMODINIT_FUNC
 PyInit__counts(void)
 {
     PyObject *module;
-    if (PyType_Ready(&CountTableType) < 0)
+    if (PyType_Ready(&CountTableType) < 0 || PyType_Ready(&CountedType) < 0)
+        return NULL;
+    HTTP_RESPONSE_START = PyUnicode_InternFromString("http.response.start");
+    WEBSOCKET_ACCEPT = PyUnicode_InternFromString("websocket.accept");
+    TYPE_KEY = PyUnicode_InternFromString("type");
+    STATUS_KEY = PyUnicode_InternFromString("status");
+    ZERO = PyLong_FromLong(0);
+    SWITCHING = PyLong_FromLong(101);
+    INTERNAL_ERROR = PyLong_FromLong(500);
+    if (!HTTP_RESPONSE_START || !WEBSOCKET_ACCEPT || !TYPE_KEY || !STATUS_KEY || !ZERO ||
+        !SWITCHING || !INTERNAL_ERROR)
         return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(module, "CountTable", (PyObject *)&CountTableType) < 0) {
+    if (PyModule_AddObjectRef(module, "CountTable", (PyObject *)&CountTableType) < 0 ||
+        PyModule_AddObjectRef(module, "Counted", (PyObject *)&CountedType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

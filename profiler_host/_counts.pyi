@@ -1,8 +1,16 @@
 """Types of `profiler_host._counts` (`_counts.c`): every request's count in C, twin of
 `request_counts.CountTable`."""
 
-from collections.abc import Callable, Sequence
-from typing import final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, final
+
+@final
+class Counted:
+    """A request that is not sampled, timed and counted (`CountTable.counted`)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def fail(self) -> None: ...
+    def end(self, route: str | None = None, /) -> None: ...
 
 @final
 class CountTable:
@@ -24,3 +32,12 @@ class CountTable:
     ) -> None: ...
     def add(self, route: str, method: str, status: int, duration_ns: int, /) -> None: ...
     def take(self) -> list[tuple[str, str, int, int, int, list[int]]]: ...
+    def counted(
+        self,
+        target: Callable[..., Any],
+        path: str,
+        method: str,
+        environ: Mapping[str, Any] | None = None,
+        route_of: Callable[[Mapping[str, Any]], str | None] | None = None,
+        /,
+    ) -> Counted: ...

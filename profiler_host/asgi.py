@@ -4,13 +4,12 @@ the sampled ones recorded); lifespan and anything else pass through."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from time import monotonic_ns
 from typing import Any
 
 from profiler_host import runtime
-from profiler_host.recording import CURRENT
+from profiler_host.recording import CURRENT, Request
 from profiler_host.routes import asgi_route
-from profiler_host.runtime import reset
+from profiler_host.runtime import Profiler, reset
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -32,40 +31,56 @@ class ProfilerMiddleware:
         if profiler is None or kind not in _REQUESTS:
             await self.app(scope, receive, send)
             return
-        # a request that is not sampled pays this frame, the sampler's C call, the status
-        # closure and its count (C); headers are read only where a secret can force one
+        # a request that is not sampled pays this frame, the sampler's C call, its `counted`
+        # (C: in place of send it keeps the status) and the route; headers are read only
+        # where a secret can force a request
         path = scope.get("path") or "/"
         forced = profiler.force_secret is not None and profiler.forced(_header(scope, FORCE_HEADER))
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
-        request = profiler.open(path, method, forced) if forced or profiler.decide(path) else None
-        started = monotonic_ns()
-        status = 0
-
-        def capture_status(message: Message) -> Awaitable[None]:
-            # returns what `send` returns (no coroutine of its own for each message)
-            nonlocal status
-            kind = message.get("type")
-            if kind == "http.response.start":
-                status = int(message.get("status", 0))
-            elif kind == "websocket.accept":
-                status = 101
-            return send(message)
-
-        token = CURRENT.set(request.main) if request is not None else None
+        if forced or profiler.decide(path):
+            request = profiler.open(path, method, forced)
+            if request is not None:
+                await _recorded(profiler, request, self.app, scope, receive, send)
+                return
+        counted = profiler.counts.counted(send, path, method)
         try:
-            await self.app(scope, receive, capture_status)
+            await self.app(scope, receive, counted)
         except BaseException:
-            status = status or 500
+            counted.fail()
             raise
         finally:
-            route = asgi_route(scope)
-            if request is None:  # unsampled: only counted
-                profiler.count(route or path, method, status, monotonic_ns() - started)
-            else:
-                request.route = route or request.route
-                if token is not None:
-                    reset(token)
-                profiler.end(request, status)
+            counted.end(asgi_route(scope))
+
+
+async def _recorded(
+    profiler: Profiler,
+    request: Request,
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """A sampled request, recorded until the app returns."""
+    status = 0
+
+    async def capture_status(message: Message) -> None:
+        nonlocal status
+        if message.get("type") == "http.response.start":
+            status = int(message.get("status", 0))
+        elif message.get("type") == "websocket.accept":
+            status = 101
+        await send(message)
+
+    token = CURRENT.set(request.main)
+    try:
+        await app(scope, receive, capture_status)
+    except BaseException:
+        status = status or 500
+        raise
+    finally:
+        request.route = asgi_route(scope) or request.route
+        reset(token)
+        profiler.end(request, status)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

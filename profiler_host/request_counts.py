@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from typing import Any, Protocol
 
 from profiler_core.latency import BOUNDS_NS
 from profiler_core.wire import ingest_pb2
@@ -48,6 +49,24 @@ class Table(Protocol):
         status line."""
 
     def take(self) -> list[Row]: ...
+    def counted(
+        self,
+        target: Callable[..., Any],
+        path: str,
+        method: str,
+        environ: Mapping[str, Any] | None = None,
+        route_of: Callable[[Mapping[str, Any]], str | None] | None = None,
+        /,
+    ) -> CountedRequest: ...
+
+
+class CountedRequest(Protocol):
+    """A request that is not sampled, timed and counted: what a middleware hands the app in
+    place of WSGI's `start_response` or ASGI's `send`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def fail(self) -> None: ...
+    def end(self, route: str | None = None, /) -> None: ...
 
 
 class CountTable:
@@ -117,11 +136,82 @@ class CountTable:
             return name
         return self._other
 
+    def counted(
+        self,
+        target: Callable[..., Any],
+        path: str,
+        method: str,
+        environ: Mapping[str, Any] | None = None,
+        route_of: Callable[[Mapping[str, Any]], str | None] | None = None,
+        /,
+    ) -> Counted:
+        """A request that is not sampled, its clock started."""
+        return Counted(self, target, path, method, environ, route_of)
+
     def take(self) -> list[Row]:
         """What was counted since the last take (transport thread)."""
         with self._lock:
             table, self._table = self._table, {}
         return [(r, m, c, e[0], e[1], e[2:]) for (r, m, c), e in table.items()]
+
+
+class Counted:
+    """The Python twin of `_counts.Counted`: passes every call to `target` through as
+    given, keeps the response's status (and for WSGI, where `environ` is given, the route
+    `route_of` reads as the response starts: Flask forgets it afterwards); `end` adds the
+    request to the table once."""
+
+    def __init__(
+        self,
+        table: CountTable,
+        target: Callable[..., Any],
+        path: str,
+        method: str,
+        environ: Mapping[str, Any] | None,
+        route_of: Callable[[Mapping[str, Any]], str | None] | None,
+    ) -> None:
+        self._table = table
+        self._target = target
+        self._path = path
+        self._method = method
+        self._environ = environ
+        self._route_of = route_of
+        self._route: str | None = None
+        self._status: object = None
+        self._failed = False
+        self._ended = False
+        self._started = time.monotonic_ns()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._environ is not None:
+            if args:
+                self._status = args[0]
+                if self._route_of is not None:
+                    with suppress(Exception):  # the response goes on whatever happens here
+                        route = self._route_of(self._environ)
+                        if route is not None:
+                            self._route = route
+        elif len(args) == 1 and isinstance(args[0], dict):
+            with suppress(Exception):
+                kind = args[0].get("type")
+                if kind == "http.response.start":
+                    self._status = args[0].get("status", 0)
+                elif kind == "websocket.accept":
+                    self._status = 101
+        return self._target(*args, **kwargs)
+
+    def fail(self) -> None:
+        self._failed = True
+
+    def end(self, route: str | None = None, /) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        status = self._status if self._status is not None else 500 if self._failed else 0
+        duration_ns = time.monotonic_ns() - self._started
+        if route is None:
+            route = self._path if self._route is None else self._route
+        self._table.add(route, self._method, status, duration_ns)  # type: ignore[arg-type]
 
 
 def status_of(line: str) -> int:

@@ -61,10 +61,9 @@ class Profiler:
             running=lambda: list(hooks.ACTIVE),
         )
         # what every request pays, in C where it is built: the middlewares call these
-        # straight (`decide` before `open`; `count(route, method, status, duration_ns)` as
-        # any request ends, sampled or not)
+        # straight (`decide` before `open`; `counts.counted` for a request not sampled)
         self.decide = self.sampler.decide
-        self.count = self.transport.counts.add
+        self.counts = self.transport.counts
         self._ids = itertools.count(1)
         # sampled requests in flight change together with the propagation patches
         self._in_flight = threading.Lock()
@@ -184,7 +183,7 @@ class Profiler:
     def end(self, request: Request, status: int = 0) -> None:
         request.finish(status)
         if request.method:  # an HTTP request, not a job or the whole process
-            self.count(request.route, request.method, status, request.duration_ns)
+            self.counts.add(request.route, request.method, status, request.duration_ns)
         if not self._judged_include and self._instrumenting and request.route != routes.UNMATCHED:
             self._judged_include = True  # the first sampled request that ran the app's code
             notices.ran_no_call(request, self.settings.include)

@@ -4,7 +4,6 @@ request is counted."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from time import monotonic_ns
 from typing import Any
 
 from profiler_host import runtime
@@ -24,35 +23,24 @@ class ProfilerMiddleware:
         profiler = runtime.STARTED
         if profiler is None:
             return self.app(environ, start_response)
-        # a request that is not sampled pays this frame, the sampler's C call, the status
-        # closure (which reads the route) and its count (C)
+        # a request that is not sampled pays this frame, the sampler's C call and its
+        # `counted` (C: in place of start_response it keeps the status and reads the route)
         path = environ.get("PATH_INFO") or "/"
         forced = profiler.force_secret is not None and profiler.forced(environ.get(FORCE_HEADER))
         if forced or profiler.decide(path):
             request = profiler.open(path, environ.get("REQUEST_METHOD", ""), forced)
             if request is not None:
                 return _recorded(profiler, request, self.app, environ, start_response)
-        started = monotonic_ns()
-        seen: list[Any] = [0, None]  # status line (the count reads its code), route
-
-        def capture_status(status: str, headers: list, exc_info: Any = None) -> Callable:
-            seen[0], seen[1] = status, wsgi_route(environ)
-            if exc_info is None:
-                return start_response(status, headers)
-            return start_response(status, headers, exc_info)
-
+        counted = profiler.counts.counted(
+            start_response, path, environ.get("REQUEST_METHOD", ""), environ, wsgi_route
+        )
         try:
-            return self.app(environ, capture_status)
+            return self.app(environ, counted)
         except BaseException:
-            seen[0] = seen[0] or 500
+            counted.fail()
             raise
         finally:  # counted once the app returns its body (a streamed body's time is not in it)
-            profiler.count(
-                seen[1] or path,
-                environ.get("REQUEST_METHOD", ""),
-                seen[0],
-                monotonic_ns() - started,
-            )
+            counted.end()
 
 
 def _recorded(

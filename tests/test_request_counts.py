@@ -200,3 +200,75 @@ def test_threads_lose_no_count(twin: str):
         t.join()
     report()
     assert sum(taken) == 8000
+
+
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_a_counted_wsgi_request_passes_start_response_through_and_counts_once(twin: str):
+    counts = _table(twin)
+    calls = []
+
+    def start_response(*args, **kwargs):
+        calls.append((args, kwargs))
+        return "write"
+
+    def route_of(environ):
+        if environ.get("broken"):
+            raise LookupError("a framework we do not know")
+        return environ.get("route")
+
+    environ = {"route": "/items/<int:id>"}
+    counted = counts.counted(start_response, "/items/7", "GET", environ, route_of)
+    assert counted("404 Not Found", [("a", "b")]) == "write"
+    assert counted("500 Oops", [], ("exc", "info", None)) == "write"  # exc_info passed as given
+    counted.end()
+    counted.end()  # once
+    broken = counts.counted(start_response, "/raw/path", "POST", {"broken": True}, route_of)
+    broken("201 Created", [], exc_info=None)
+    broken.end()
+    failed = counts.counted(start_response, "/failed", "GET", {}, route_of)
+    failed.fail()
+    failed.end()
+    assert calls == [
+        (("404 Not Found", [("a", "b")]), {}),
+        (("500 Oops", [], ("exc", "info", None)), {}),
+        (("201 Created", []), {"exc_info": None}),
+    ]
+    rows = {(r[0], r[1], r[2]): r[3] for r in counts.take()}
+    assert rows == {
+        ("/items/<int:id>", "GET", 5): 1,
+        ("/raw/path", "POST", 2): 1,
+        ("/failed", "GET", 5): 1,
+    }
+
+
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_a_counted_asgi_request_passes_send_through_and_keeps_the_status(twin: str):
+    counts = _table(twin)
+    sent = []
+
+    def send(message):
+        sent.append(message)
+        return "awaitable"
+
+    counted = counts.counted(send, "/ws", "WEBSOCKET")
+    assert counted({"type": "websocket.accept"}) == "awaitable"
+    counted.end()
+    http = counts.counted(send, "/raw/1", "GET")
+    http({"type": "http.response.start", "status": 418})
+    http({"type": "http.response.body", "body": b""})
+    http("not a message")
+    http.end("/raw/{id}")
+    started_then_failed = counts.counted(send, "/late", "GET")
+    started_then_failed({"type": "http.response.start", "status": 200})
+    started_then_failed.fail()  # the response had started: its status stands
+    started_then_failed.end()
+    silent = counts.counted(send, "/silent", "GET")
+    silent.end()
+    assert len(sent) == 5
+    rows = {(r[0], r[1], r[2]): r[3] for r in counts.take()}
+    assert rows == {
+        ("/ws", "WEBSOCKET", 1): 1,
+        ("/raw/{id}", "GET", 4): 1,
+        ("/late", "GET", 2): 1,
+        ("/silent", "GET", 0): 1,
+    }
