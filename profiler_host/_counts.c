@@ -388,8 +388,9 @@ static PyObject *
 table_counted(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Counted *counted;
-    if (nargs != 3 && nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "counted(target, path, method[, environ, route_of])");
+    if (nargs < 3 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "counted(target, path, method, environ=None, route_of=None)");
         return NULL;
     }
     counted = PyObject_GC_New(Counted, &CountedType);
@@ -399,7 +400,7 @@ table_counted(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
     counted->target = Py_NewRef(args[0]);
     counted->path = Py_NewRef(args[1]);
     counted->method = Py_NewRef(args[2]);
-    counted->environ = nargs == 5 && args[3] != Py_None ? Py_NewRef(args[3]) : NULL;
+    counted->environ = nargs >= 4 && args[3] != Py_None ? Py_NewRef(args[3]) : NULL;
     counted->route_of = nargs == 5 && args[4] != Py_None ? Py_NewRef(args[4]) : NULL;
     counted->route = NULL;
     counted->status = NULL;

@@ -108,8 +108,8 @@ class Transport:
         self._streaming = threading.Event()  # the first stream's threads run, or it failed
         self._logged_refusals: set[tuple[str, str]] = set()
         self._pid = os.getpid()
-        # every request of the app is added here (the middlewares hold its `add`): one table
-        # for the transport's life, emptied for each session
+        # every request of the app is added here (through the profiler's `counts`, which the
+        # middlewares use): one table for the transport's life, emptied for each session
         self.counts = request_counts.new_table(self._counted)
         self._new_session()
 
