@@ -13,6 +13,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -39,6 +40,12 @@ typedef struct {
     Py_ssize_t capacity;
     int waiting;
     unsigned long long lost; /* requests not counted: no memory for them */
+    /* the last request's key as it came (exact str) and its entry: an endpoint's requests
+     * mostly follow each other, and then no key is built nor looked up */
+    PyObject *last_route;
+    PyObject *last_method;
+    int last_class;
+    Py_ssize_t last_at; /* -1: none since the last take */
 } CountTable;
 
 static int
@@ -52,9 +59,18 @@ table_traverse(CountTable *self, visitproc visit, void *arg)
     return 0;
 }
 
+static void
+forget_last(CountTable *self)
+{
+    Py_CLEAR(self->last_route);
+    Py_CLEAR(self->last_method);
+    self->last_at = -1;
+}
+
 static int
 table_clear(CountTable *self)
 {
+    forget_last(self);
     Py_CLEAR(self->other);
     Py_CLEAR(self->wake);
     Py_CLEAR(self->routes);
@@ -126,6 +142,7 @@ table_init(CountTable *self, PyObject *args, PyObject *kwds)
             return -1;
     }
     self->waiting = 1;
+    self->last_at = -1;
     return 0;
 }
 
@@ -235,6 +252,15 @@ status_line_code(PyObject *line, long long *status)
     return 0;
 }
 
+/* `name` is the exact str `last` holds (C's comparison: no Python code runs) */
+static int
+same_name(PyObject *name, PyObject *last)
+{
+    return name == last ||
+           (PyUnicode_CheckExact(name) && PyUnicode_GET_LENGTH(name) == PyUnicode_GET_LENGTH(last) &&
+            PyUnicode_Compare(name, last) == 0);
+}
+
 static int
 count(CountTable *self, PyObject *const *args)
 {
@@ -258,6 +284,11 @@ count(CountTable *self, PyObject *const *args)
         return -1;
     if (overflow)
         duration_ns = overflow > 0 ? INT64_MAX : 0;
+    if (self->last_at >= 0 && status_class == self->last_class &&
+        same_name(args[0], self->last_route) && same_name(args[1], self->last_method)) {
+        entry = self->entries + self->last_at * self->width;
+        goto add;
+    }
     route = admitted(self, args[0], self->routes, self->max_routes, self->max_route_chars);
     if (route == NULL)
         return -1;
@@ -271,6 +302,13 @@ count(CountTable *self, PyObject *const *args)
     Py_DECREF(method);
     if (entry == NULL)
         return -1;
+    if (PyUnicode_CheckExact(args[0]) && PyUnicode_CheckExact(args[1])) {
+        Py_XSETREF(self->last_route, Py_NewRef(args[0]));
+        Py_XSETREF(self->last_method, Py_NewRef(args[1]));
+        self->last_class = status_class;
+        self->last_at = (entry - self->entries) / self->width;
+    }
+add:
     entry[0] += 1;
     if (duration_ns > 0) /* the sum stops at INT64_MAX (request_counts.SUM_LIMIT) */
         entry[1] = entry[1] > INT64_MAX - duration_ns ? INT64_MAX : entry[1] + duration_ns;
@@ -330,12 +368,15 @@ typedef struct {
     PyObject *route_of;
     PyObject *route;    /* NULL: none known yet */
     PyObject *status;   /* an int or a status line; NULL: no response started */
+    vectorcallfunc vectorcall; /* called as the app calls start_response or send */
     int64_t started_ns;
     int failed;
     int ended;
 } Counted;
 
 static PyTypeObject CountedType;
+static PyObject *counted_call(Counted *self, PyObject *const *args, size_t nargsf,
+                              PyObject *kwnames);
 static PyObject *HTTP_RESPONSE_START, *WEBSOCKET_ACCEPT, *TYPE_KEY, *STATUS_KEY, *ZERO,
     *SWITCHING, *INTERNAL_ERROR;
 
@@ -405,18 +446,21 @@ table_counted(CountTable *self, PyObject *const *args, Py_ssize_t nargs)
     counted->route = NULL;
     counted->status = NULL;
     counted->failed = counted->ended = 0;
+    counted->vectorcall = (vectorcallfunc)counted_call;
     counted->started_ns = monotonic_ns();
     PyObject_GC_Track(counted);
     return (PyObject *)counted;
 }
 
-/* WSGI: (status, headers[, exc_info]); ASGI: (message). Passed through as given. */
+/* WSGI: (status, headers[, exc_info]); ASGI: (message). Passed through as given, by
+ * vectorcall: no argument tuple is built on the way. */
 static PyObject *
-counted_call(Counted *self, PyObject *args, PyObject *kwargs)
+counted_call(Counted *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (self->environ != NULL) {
-        if (PyTuple_GET_SIZE(args) >= 1) {
-            Py_XSETREF(self->status, Py_NewRef(PyTuple_GET_ITEM(args, 0)));
+        if (nargs >= 1) {
+            Py_XSETREF(self->status, Py_NewRef(args[0]));
             if (self->route_of != NULL) {
                 /* the app's response goes on whatever reading the route does */
                 PyObject *route = PyObject_CallOneArg(self->route_of, self->environ);
@@ -429,12 +473,11 @@ counted_call(Counted *self, PyObject *args, PyObject *kwargs)
             }
         }
     }
-    else if (PyTuple_GET_SIZE(args) == 1 && PyDict_Check(PyTuple_GET_ITEM(args, 0))) {
-        PyObject *message = PyTuple_GET_ITEM(args, 0), *kind;
-        kind = PyDict_GetItemWithError(message, TYPE_KEY);
+    else if (nargs == 1 && kwnames == NULL && PyDict_Check(args[0])) {
+        PyObject *kind = PyDict_GetItemWithError(args[0], TYPE_KEY);
         if (kind != NULL && PyUnicode_Check(kind)) {
             if (PyUnicode_Compare(kind, HTTP_RESPONSE_START) == 0) {
-                PyObject *status = PyDict_GetItemWithError(message, STATUS_KEY);
+                PyObject *status = PyDict_GetItemWithError(args[0], STATUS_KEY);
                 Py_XSETREF(self->status, Py_NewRef(status != NULL ? status : ZERO));
             }
             else if (PyUnicode_Compare(kind, WEBSOCKET_ACCEPT) == 0)
@@ -442,7 +485,7 @@ counted_call(Counted *self, PyObject *args, PyObject *kwargs)
         }
         PyErr_Clear(); /* a key whose hash or comparison failed: the app's send sees it */
     }
-    return PyObject_Call(self->target, args, kwargs);
+    return PyObject_Vectorcall(self->target, args, nargsf, kwnames);
 }
 
 static PyObject *
@@ -489,12 +532,13 @@ static PyTypeObject CountedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "profiler_host._counts.Counted",
     .tp_basicsize = sizeof(Counted),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A request that is not sampled, timed and counted (CountTable.counted).",
     .tp_dealloc = (destructor)counted_dealloc,
     .tp_traverse = (traverseproc)counted_traverse,
     .tp_clear = (inquiry)counted_clear,
-    .tp_call = (ternaryfunc)counted_call,
+    .tp_vectorcall_offset = offsetof(Counted, vectorcall),
+    .tp_call = PyVectorcall_Call,
     .tp_methods = counted_methods,
 };
 
@@ -516,6 +560,7 @@ table_take(CountTable *self, PyObject *Py_UNUSED(ignored))
     self->index = fresh;
     self->entries = NULL;
     self->used = self->capacity = 0;
+    forget_last(self);
     rows = PyList_New(0);
     if (rows == NULL)
         goto done;

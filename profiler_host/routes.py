@@ -27,6 +27,8 @@ log = logging.getLogger("profiler_host")
 UNMATCHED = "(unmatched)"
 ROUTE_KEY = "request_profiler.route"  # where a route resolved inside the app (Django) waits
 _MISSING = object()
+# Starlette route types seen that are not mounts (asgi_route's fast path reads their path)
+_LEAF_TYPES: set[type] = set()
 
 
 def wsgi_route(environ: Mapping[str, Any]) -> str | None:
@@ -43,7 +45,22 @@ def wsgi_route(environ: Mapping[str, Any]) -> str | None:
 
 def asgi_route(scope: Mapping[str, Any]) -> str | None:
     """Starlette and FastAPI: the route their router put in the scope, behind the templates
-    of the mounts it went through."""
+    of the mounts it went through.
+
+    Every request pays this, so the common case is read first: a route of a type known not
+    to be a mount, no mount passed, no FastAPI state: its own template."""
+    route = scope.get("route")
+    if (
+        type(route) in _LEAF_TYPES
+        and "app_root_path" not in scope
+        and "fastapi" not in scope
+        and ROUTE_KEY not in scope
+    ):
+        return str(route.path)
+    return asgi_route_in_full(scope)
+
+
+def asgi_route_in_full(scope: Mapping[str, Any]) -> str | None:
     if ROUTE_KEY in scope:
         return scope[ROUTE_KEY]
     if "router" not in scope:
@@ -62,6 +79,8 @@ def _starlette_route(scope: Mapping[str, Any]) -> str | None:
     route = scope.get("route")
     mounted = _mounted(scope)
     if not mounted and route is not None and not isinstance(route, routing.Mount):
+        if isinstance(getattr(route, "path", None), str):
+            _LEAF_TYPES.add(type(route))
         return _leaf_template(scope, route)  # the common case: no router's routes are read
     routes = getattr(scope.get("router"), "routes", ())  # FastAPI builds this list per read
     chain = _mount_chain(routes, mounted, routing.Mount) if mounted else []

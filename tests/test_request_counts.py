@@ -146,7 +146,8 @@ def test_a_status_line_counts_by_its_leading_ascii_digits():
 @pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
 def test_the_c_table_counts_what_its_python_twin_counts():
     """Random requests, many routes and methods past the limits, durations on and around
-    every bucket bound, and takes in between."""
+    every bucket bound, runs of one endpoint's requests (the C table's last-entry shortcut,
+    with the same names as equal copies too), and takes in between."""
     rng = random.Random(7)
     routes = [f"/r/{i}" for i in range(MAX_ROUTES + 40)] + ["/" + "y" * (MAX_ROUTE_CHARS + 1)]
     methods = ["GET", "POST", "PUT"] + [f"X{i}" for i in range(MAX_METHODS + 2)] + ["Z" * 17]
@@ -159,11 +160,16 @@ def test_the_c_table_counts_what_its_python_twin_counts():
         *(b - 1 for b in BOUNDS_NS),
     ]
     tables = [_table("python"), _table("c")]
+    route, method, status = routes[0], methods[0], STATUSES[0]
     for step in range(20_000):
+        if rng.random() < 0.4:  # the previous endpoint again, its names as copies or not
+            route, method = (route + ".")[:-1], (method + ".")[:-1]
+        else:
+            route, method, status = rng.choice(routes), rng.choice(methods), rng.choice(STATUSES)
         request = (
-            rng.choice(routes),
-            rng.choice(methods),
-            rng.choice(STATUSES),
+            route,
+            method,
+            status,
             rng.choice(durations) if rng.random() < 0.5 else rng.randrange(0, 10**12),
         )
         for table in tables:
