@@ -200,6 +200,16 @@ def cpu_clock_seconds(pid: int) -> float:
     return time.clock_gettime(open_loop.cpu_clock(pid))
 
 
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process `pid` (/proc's stat: clock ticks, 10 ms): the
+    system part holds what the kernel spends for it, such as waking the client over
+    loopback as each response is written."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def thread_seconds(pid: int) -> dict[int, tuple[str, float]]:
     """tid -> (comm, CPU seconds) of the live threads of `pid` (schedstat: nanoseconds)."""
     out = {}
@@ -293,19 +303,28 @@ class AppProcess:
         that ended within the window counts under `ENDED`)."""
         self.load(warmup)
         threads = thread_seconds(self.worker)
+        split = user_system_seconds(self.worker)
         before = self.cpu_seconds()
         count, took = self.load(seconds)
         if count == 0:  # the worker stalled for the whole window (a machine far too busy)
             raise RuntimeError(f"{self.app.key}, {self.setup.name}: no answer in {seconds} s")
         time.sleep(SETTLE)
         total = self.cpu_seconds() - before
+        user, system = (b - a for a, b in zip(split, user_system_seconds(self.worker), strict=True))
         after = thread_seconds(self.worker)
         spent = {
             tid: [comm, seconds - threads.get(tid, (comm, 0.0))[1]]
             for tid, (comm, seconds) in after.items()
         }
         spent[ENDED] = ["", total - sum(seconds for _, seconds in spent.values())]
-        return {"cpu": total / count, "rate": count / took, "requests": count, "threads": spent}
+        return {
+            "cpu": total / count,
+            "user": user / count,
+            "system": system / count,
+            "rate": count / took,
+            "requests": count,
+            "threads": spent,
+        }
 
     def latency_window(self, rate: float, seconds: float, warmup: float, seed: int) -> dict:
         """Open-loop load at `rate` (see `open_loop`): latency quantiles and histogram, and
@@ -570,6 +589,9 @@ def run(
     for key, ones in windows.items():
         breakdown = thread_breakdown(ones, workers[key], names[key])
         figures[key]["thread_cpu_ms_per_request"] = breakdown
+        figures[key]["user_system_us_per_request"] = [
+            round(statistics.median(w[part] for w in ones) * 1e6, 1) for part in ("user", "system")
+        ]
         print(f"{key}: CPU ms/request by thread: {breakdown}")
     if {OFF, DEFAULT, EVERY} <= figures.keys():
         figures["host, default, modelled"] = _modelled_default(samples)

@@ -123,9 +123,10 @@ def _sampled(cpu: dict | None, counted: dict | None) -> str:
 def overhead_table(directory: Path) -> str:
     """Markdown: one line per app and setup measured by either benchmark."""
     lines = [
-        "| app | setup | CPU ratio (90% CI) | instruction ratio | goal | p99 ratio (90% CI) "
-        "| p99 goal | sampled (CPU run / instructions) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| app | setup | CPU ratio (90% CI) | CPU ratio at half rate (90% CI) "
+        "| instruction ratio | goal | p99 ratio (90% CI) | p99 goal "
+        "| sampled (CPU run / instructions) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     commands = []
     for app in host_app.APPS:
@@ -142,11 +143,13 @@ def overhead_table(directory: Path) -> str:
             ratio = counted["ratio"] if counted else None
             cpu_ratio = cpu["cpu_ratio"] if cpu else None
             p99 = cpu.get("p99_ratio") if cpu else None
+            open_loop = cpu.get("cpu_ratio_at_latency_rate") if cpu else None
             aa = cpu_setups.get("none (A/A)", {})
             cells = (
                 app,
                 row.label,
                 _interval(cpu_ratio) if cpu_ratio else "-",
+                _interval(open_loop) if open_loop else "-",
                 instruction_cell(ratio, cpu_ratio),
                 verdict(row, cpu_ratio, ratio, aa.get("cpu_ratio")),
                 _interval(p99) if p99 else "-",
@@ -169,9 +172,9 @@ def threads_table(directory: Path) -> str:
     mostly per second, not per request) and the rest (from 1 µs per request; what the
     process's CPU clock and the threads' sum differ by is left out)."""
     lines = [
-        "| app | setup | requests/s | main thread µs/request | host threads µs/request "
-        "| host threads ms/s | other threads µs/request |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| app | setup | requests/s | user / system µs/request | main thread µs/request "
+        "| host threads µs/request | host threads ms/s | other threads µs/request |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for app in host_app.APPS:
         run = newest(directory, "host-app", app)
@@ -189,8 +192,10 @@ def threads_table(directory: Path) -> str:
                 for label, ms in threads.items()
                 if label != "main" and not label.startswith(HOST_THREADS) and ms >= 1e-3
             )
+            split = figure.get("user_system_us_per_request")
             lines.append(
-                f"| {app} | {name} | {rate:.0f} | {threads['main'] * 1000:.1f} "
+                f"| {app} | {name} | {rate:.0f} | {' / '.join(map(str, split or ['-']))} "
+                f"| {threads['main'] * 1000:.1f} "
                 f"| {host * 1000:.1f} | {host * rate:.2f} | {others or '-'} |"
             )
     return "\n".join(lines)

@@ -97,6 +97,9 @@ def test_host_app_writes_cpu_threads_and_p99_per_setup(overhead_results: Path) -
         assert figure["cpu_ratio"]["n"] == 1
         assert figure["p99_ratio"]["n"] == 1
         assert figure["thread_cpu_ms_per_request"]["main"] > 0
+        assert figure["cpu_ratio_at_latency_rate"]["n"] == 1
+        user, system = figure["user_system_us_per_request"]
+        assert user > 0 and system >= 0
     assert setups[host_app.DEFAULT]["sampled_requests_stored"] > 0
     assert setups[host_app.OFF]["sampled_requests_stored"] == 0
 
@@ -117,6 +120,7 @@ def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
     rows = {tuple(cell.strip() for cell in line.split("|")[1:3]) for line in out.splitlines()}
     assert {("fast-async", "none (A/A)"), ("fast-async", "default (10/s)")} <= rows
     assert ("fast-sync", "sampling off") in rows
+    assert "CPU ratio at half rate" in out and "user / system" in out
     assert "./dev bench host-app --app fast-async" in out
     assert "./dev bench host-instructions --app fast-sync" in out
     brief = bench(["table", "--brief"], overhead_results)
