@@ -203,12 +203,12 @@ def threads_table(directory: Path) -> str:
 
 def brief_table(directory: Path) -> str:
     """Markdown for the README: per app, the A/A row's CPU ratio (the run's noise), the off
-    and default rows' CPU and instruction ratios side by side, and the default's p99 ratio
-    (medians)."""
+    and default rows' CPU ratios (at full speed, and at half rate under open-loop load)
+    and instruction ratios side by side, and the default's p99 ratio (medians)."""
     lines = [
-        "| app | A/A: CPU | off: CPU | off: instructions | default: CPU "
-        "| default: instructions | default: p99 |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| app | A/A: CPU | off: CPU | off: CPU, half rate | off: instructions | default: CPU "
+        "| default: CPU, half rate | default: instructions | default: p99 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for app in host_app.APPS:
         cpu_run = newest(directory, "host-app", app) or {"setups": {}}
@@ -219,6 +219,8 @@ def brief_table(directory: Path) -> str:
             cpu = cpu_run["setups"].get(row.cpu)
             counted = counted_run["setups"].get(row.instructions)
             cells.append(f"{cpu['cpu_ratio']['median']:.3f}" if cpu else "-")
+            half = cpu.get("cpu_ratio_at_latency_rate") if cpu else None
+            cells.append(f"{half['median']:.3f}" if half else "-")
             ratio = counted["ratio"] if counted else None
             cells.append(instruction_cell(ratio, cpu["cpu_ratio"] if cpu else None, 3))
         p99 = cpu_run["setups"].get(DEFAULT_ROW.cpu, {}).get("p99_ratio")
