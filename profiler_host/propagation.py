@@ -287,17 +287,24 @@ def _handle_run(original: Callable) -> Callable:
 
     @functools.wraps(original)
     def _run(self: asyncio.Handle) -> None:
+        # Like asyncio's own `Handle._run`, this frame lets go of the handle (and through it
+        # the callback, a task, its exception) before it returns: a traceback that keeps a
+        # frame called from here keeps this frame too (`f_back`), and with it a cycle.
         context = self._context  # type: ignore[attr-defined]
-        callback = self._callback  # type: ignore[attr-defined]
-        if context.get(CURRENT) is None or isinstance(
-            getattr(callback, "__self__", None), asyncio.Task
-        ):
-            return original(self)
+        if context.get(CURRENT) is None or _is_task_step(self._callback):  # type: ignore[attr-defined]
+            context = None
+            try:
+                original(self)
+            finally:
+                self = None  # type: ignore[assignment]
+            return
         token = context.run(CURRENT.set, None)
         try:
-            return original(self)
+            original(self)
         finally:
+            self = None  # type: ignore[assignment]
             context.run(CURRENT.reset, token)
+            context = token = None
 
     return _run
 
@@ -318,6 +325,7 @@ class _Laneless:
             return self.callback(*args)
         finally:
             CURRENT.reset(token)
+            self = args = None  # type: ignore[assignment]  # as `_handle_run`'s frame
 
 
 def _laneless(callback: Callable, context: contextvars.Context | None) -> Callable:

@@ -237,9 +237,27 @@ def thread_runs(work):
     return seen
 
 
+async def task_group_error_referrers():
+    \"\"\"What refers to an error a task group raised once the group is gone (anyio's own
+    refcycle tests: a frame kept by a traceback keeps a loop callback's task alive).\"\"\"
+    inner = anyio.create_task_group()
+
+    async def fails_in_group():
+        async with inner:
+            fails()
+
+    try:
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(fails_in_group)
+    except BaseExceptionGroup as group:
+        error = group.exceptions[0].exceptions[0]
+    return [type(one).__name__ for one in gc.get_referrers(error)]
+
+
 async def handler():
     cvar.set("task")
     seen = {"run_sync": await anyio.to_thread.run_sync(visible)}
+    seen["task group error referrers"] = await task_group_error_referrers()
     await anyio.to_thread.run_sync(put, "set in run_sync")
     seen["run_sync after a set"] = await anyio.to_thread.run_sync(visible)
     seen["portal in run_sync"] = await anyio.to_thread.run_sync(portal_runs)
@@ -347,6 +365,7 @@ def test_anyio_worker_threads_see_what_they_see_plainly(server: ServerProcess, t
     plain, profiled, request = both_ways(server, tmp_path, "anyio", ANYIO)
     assert plain["portal in a thread"] == {"portal_runs": "ran"}
     assert plain["test client in a thread"] == {"client_gets": "hello"}
+    assert plain["task group error referrers"] == []
     assert profiled == plain
     assert_handed_over(request, "put", "handler", "executor", 1)
     assert_handed_over(request, "in_a_thread", "thread_runs", "thread", 2)
