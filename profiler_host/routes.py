@@ -49,7 +49,7 @@ def asgi_route(scope: Mapping[str, Any]) -> str | None:
 
     Every request pays this, so the common case is read first: a route of a type known not
     to be a mount, no mount passed, no FastAPI state: its own template."""
-    route = scope.get("route")
+    route: Any = scope.get("route")
     if (
         type(route) in _LEAF_TYPES
         and "app_root_path" not in scope
