@@ -46,7 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import open_loop, overhead, peers, served
 from benchmarks.overhead import NONE, Setup
-from benchmarks.server import CLIENT_CORE, ROOT, SERVER_CORE, ServerProcess
+from benchmarks.server import CLIENT_CORE, ROOT, SERVER_CORE, ServerProcess, stat_times
 
 CHECKOUT = {"customer_id": 1, "items": [{"product_id": 1, "quantity": 1}]}
 SHOP_MIX = (  # as shop_mix.lua sends them
@@ -201,13 +201,10 @@ def cpu_clock_seconds(pid: int) -> float:
 
 
 def user_system_seconds(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of process `pid` (/proc's stat: clock ticks, 10 ms): the
-    system part holds what the kernel spends for it, such as waking the client over
-    loopback as each response is written."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    """(user, system) CPU seconds of process `pid`: the system part holds what the kernel
+    spends for it, such as waking the client over loopback as each response is written."""
+    _, user, system = stat_times(f"/proc/{pid}/stat")
+    return user, system
 
 
 def thread_seconds(pid: int) -> dict[int, tuple[str, float]]:

@@ -51,13 +51,19 @@ def fresh_database(kind: str) -> Iterator[str]:
         admin.dispose()
 
 
-def stat_cpu(path: str) -> tuple[str, float]:
-    """(comm, user+system seconds) from a /proc/.../stat file."""
+def stat_times(path: str) -> tuple[str, float, float]:
+    """(comm, user seconds, system seconds) from a /proc/.../stat file (clock ticks)."""
     with open(path) as f:
         raw = f.read()
     comm = raw[raw.index("(") + 1 : raw.rindex(")")]
     fields = raw[raw.rindex(")") + 2 :].split()
-    return comm, (int(fields[11]) + int(fields[12])) / TICKS
+    return comm, int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
+def stat_cpu(path: str) -> tuple[str, float]:
+    """(comm, user+system seconds) from a /proc/.../stat file."""
+    comm, user, system = stat_times(path)
+    return comm, user + system
 
 
 def backends_cpu(database: str) -> dict[int, float]:
