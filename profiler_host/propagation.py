@@ -123,6 +123,21 @@ def _in_executor_lane(func: Callable) -> Callable:
     return func if lane is None else _in_lane(lane, func)
 
 
+class _Unborn:
+    """The owner of a task lane while its task is being made: the task whose step is
+    scheduled in the context made for it claims the lane; another task stepping in the lane
+    meanwhile (one an eager task makes in its first step, in a copy of that context) is
+    not it, and gets a lane of its own."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: contextvars.Context) -> None:
+        self.context = context
+
+    def __call__(self) -> None:
+        return None
+
+
 def _task_context(name: str) -> tuple[contextvars.Context, Lane] | None:
     """A copy of the current context, as a task gets plainly, with a new task lane set."""
     lane = _child_lane(LaneKind.TASK, name)
@@ -130,6 +145,7 @@ def _task_context(name: str) -> tuple[contextvars.Context, Lane] | None:
         return None
     context = contextvars.copy_context()
     context.run(CURRENT.set, lane)
+    lane.task = _Unborn(context)
     return context, lane
 
 
@@ -137,18 +153,63 @@ def _lane_done(lane: Lane, task: asyncio.Future) -> None:
     lane.done = True
 
 
+def _coro_name(coro: Any) -> str:
+    return getattr(coro, "__qualname__", None) or "task"
+
+
 def _spawned_task(
     create: Callable[[contextvars.Context | None], asyncio.Task], coro: Any, name: str | None
 ) -> asyncio.Task:
     """`create(context)` for a task created in a sampled request: it runs in a lane of its
     own, marked done when the task is."""
-    label = name or getattr(coro, "__qualname__", None) or "task"
-    made = _task_context(label)
+    made = _task_context(name or _coro_name(coro))
     if made is None:
         return create(None)
-    task = create(made[0])
-    task.add_done_callback(functools.partial(_lane_done, made[1]))
+    context, lane = made
+    task = create(context)
+    lane.task = weakref.ref(task)
+    task.add_done_callback(functools.partial(_lane_done, lane))
     return task
+
+
+def task_owner() -> weakref.ref[asyncio.Task] | None:
+    """The task running now, as the owner of a request's main lane: an ASGI request's task
+    owns it before any task the request starts steps in it (see `task_lane`)."""
+    loop = asyncio._get_running_loop()
+    task = None if loop is None else asyncio.current_task(loop)
+    return None if task is None else weakref.ref(task)
+
+
+def task_lane(lane: Lane, task: asyncio.Task, context: contextvars.Context) -> Lane:
+    """The lane a step of `task` runs in, scheduled in `context`, which holds `lane`.
+
+    A task made without `create_task` runs in a copy of its creator's context, so in its
+    creator's lane (anyio's task groups build `Task` directly when the loop has the eager
+    task factory; any library may): two tasks' calls would interleave in one lane. So a
+    lane belongs to the first task that steps in it (or the one it was made for), and
+    another task stepping in it gets a task lane of its own, set in its context, as it
+    would from `create_task`."""
+    owner = lane.task
+    if owner is None or (type(owner) is _Unborn and owner.context is context):
+        lane.task = weakref.ref(task)
+        return lane
+    # a task that ran already (its step schedules itself, or an eager task built directly
+    # ran its first step in its creator's lane) has its open calls in the lane: it stays
+    if (
+        owner() is task
+        or asyncio.current_task(task.get_loop()) is task
+        or getattr(task.get_coro(), "cr_suspended", False)
+    ):
+        return lane
+    child = lane.request.spawn(lane, LaneKind.TASK, _coro_name(task.get_coro()))
+    child.task = weakref.ref(task)
+    try:
+        context.run(CURRENT.set, child)
+    except RuntimeError:  # entered in another thread: it keeps its lane; this one stays empty
+        child.done = True
+        return lane
+    task.add_done_callback(functools.partial(_lane_done, child))
+    return child
 
 
 def _create_task(original: Callable) -> Callable:
@@ -273,7 +334,7 @@ def _call_soon(original: Callable) -> Callable:
         if ACTIVE and context is not None:
             lane = context.get(CURRENT)
             if lane is not None and _is_task_step(callback):
-                ready(lane)
+                ready(task_lane(lane, callback.__self__, context))  # type: ignore[attr-defined]
         return original(self, callback, *args, context=context)
 
     return call_soon
@@ -329,9 +390,14 @@ class _Laneless:
 
 
 def _laneless(callback: Callable, context: contextvars.Context | None) -> Callable:
-    """`callback` to run with no lane if it would run in one and is not a task's step."""
+    """`callback` to run with no lane if it would run in one and is not a task's step; a
+    task's step runs in the task's own lane (`task_lane`)."""
     lane = CURRENT.get() if context is None else context.get(CURRENT)
-    if lane is None or _is_task_step(callback):
+    if lane is None:
+        return callback
+    if _is_task_step(callback):
+        if context is not None:
+            task_lane(lane, callback.__self__, context)  # type: ignore[attr-defined]
         return callback
     return _Laneless(callback)
 

@@ -69,6 +69,8 @@ def _cores() -> tuple[type, type, str]:
 
 
 if TYPE_CHECKING:  # the C cores have the Python twins' fields (_hotpath.pyi)
+    import asyncio
+
     from profiler_host._hotpath import EventBuffer
 
     Buffer = list[int] | EventBuffer  # a lane's buffer: the Python twin's, the C cores'
@@ -182,6 +184,7 @@ class Lane(LaneCore):
         "parent",
         "parent_call",
         "start_ns",
+        "task",
     )
 
     def __init__(
@@ -203,6 +206,9 @@ class Lane(LaneCore):
         self.carried = 0  # ints at the buffer's start that were taken already
         self.done = False  # its thread, task or pool work finished (set by propagation)
         self.handing_over = 0  # > 0 while it hands work to a pool (whose threads are no lanes)
+        # the asyncio task whose steps run in it (a weak reference to it), None until one
+        # does (see propagation.task_lane)
+        self.task: Callable[[], asyncio.Task | None] | None = None
 
     def append(self, event: tuple[int, int, int, int]) -> None:
         """Records one `(kind, function, call, ns)` event (for tools and tests: the hooks

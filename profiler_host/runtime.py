@@ -173,6 +173,7 @@ class Profiler:
         request = Request(next(self._ids), route, method, self.settings.max_request_events)
         with self._in_flight:
             if self.settings.propagate:
+                request.main.task = propagation.task_owner()
                 if not hooks.ACTIVE:
                     propagation.install()  # anyio is imported by now, if the app uses it
                 propagation.follow_loop()

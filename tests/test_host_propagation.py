@@ -36,7 +36,7 @@ from tests import torture_cases
 from tests.helpers import eventually, nodes, stored_requests
 from tests.processes import ServerProcess, host
 from tests.test_host_e2e import tree
-from tests.test_host_rewriter import assert_nested, request
+from tests.test_host_rewriter import ENTER, assert_nested, request
 
 COMMON = """
 import asyncio
@@ -723,6 +723,75 @@ def test_a_task_woken_by_a_callback_in_its_own_lane_still_nests(loop: str) -> No
     assert "waiter" in recorded
     for lane in req.lanes:
         assert_nested(lane.id, lane.events, functions)
+
+
+DIRECT_TASKS = """
+import asyncio
+
+async def child(n):
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return n
+
+async def parent():
+    loop = asyncio.get_running_loop()
+    # made without create_task (anyio's task groups do it under the eager task factory):
+    # each runs in a copy of parent's context, so in parent's lane
+    tasks = [asyncio.Task(child(n), loop=loop) for n in range(3)]
+    await asyncio.sleep(0)
+    return [await task for task in tasks]
+
+def eager(loop, coro, *, eager_start=None, **kwargs):
+    # asyncio's eager_task_factory, which also takes the eager_start uvloop hands a
+    # factory on 3.13
+    return asyncio.Task(coro, loop=loop, eager_start=True, **kwargs)
+
+async def main(eager_start, follow_loop):
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(eager if eager_start else None)
+    follow_loop()  # as a request sampled on this loop does (uvloop's tasks get lanes)
+    # under the eager factory, parent's first step runs inside create_task, before it
+    # returns the task: the tasks it makes there step in its lane first
+    return await loop.create_task(parent())
+"""
+# the eager task factory is 3.12's
+FACTORIES = ["default", pytest.param("eager", marks=pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="no eager task factory before 3.12"
+))]  # fmt: skip
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_tasks_made_without_create_task_get_lanes_of_their_own(loop: str, factory: str) -> None:
+    """A task built directly (`asyncio.Task(...)`) starts in a copy of its creator's
+    context, in the creator's lane: it gets a task lane of its own as its first step is
+    scheduled, so the two tasks' calls never interleave in one lane (they did in anyio's
+    suite under the eager task factory: exits without an enter, missing exits)."""
+    functions: dict[int, Any] = {}
+    code = torture_cases.instrument_tree(
+        compile(DIRECT_TASKS, "<direct>", "exec"), hooks.HOOKS, functions
+    )
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    propagation.install()
+    try:
+        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            main = namespace["main"](factory == "eager", propagation.follow_loop)
+            assert runner.run(main) == [0, 1, 2]
+    finally:
+        propagation.uninstall()
+    holding: dict[str, list[recording.Lane]] = {}
+    for lane in req.lanes:
+        assert_nested(lane.id, lane.events, functions)
+        names = {functions[fid].co_qualname for kind, fid, _, _ in lane.events if kind == ENTER}
+        for name in names:
+            holding.setdefault(name, []).append(lane)
+    assert [lane.kind for lane in holding["parent"]] == [LaneKind.TASK]
+    children = holding["child"]
+    assert len(children) == 3 and holding["parent"][0] not in children
+    assert all(lane.kind == LaneKind.TASK and lane.done for lane in children)
+    entered = [[fid for kind, fid, _, _ in lane.events if kind == ENTER] for lane in children]
+    assert all(len(enters) == 1 for enters in entered), entered
 
 
 def test_requests_still_in_flight_when_the_profiler_stops_are_ended_truncated() -> None:

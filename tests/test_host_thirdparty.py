@@ -41,7 +41,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -89,20 +88,10 @@ class Suite:
     min_passed: int = 100  # tests passing plainly at least
     # lanes of kind thread or executor in which the package's functions were recorded
     min_thread_lanes: int = 0
-    # (version, why) from which the host is known to fail this suite: an expected failure
-    # there (strict: a pass fails the run, so the mark cannot outlive the bug)
-    broken_from: tuple[tuple[int, int], str] | None = None
 
     @property
     def id(self) -> str:
         return f"{self.dist}-{self.version}"
-
-    @property
-    def param(self) -> Any:
-        marks = []
-        if self.broken_from is not None and sys.version_info >= self.broken_from[0]:
-            marks.append(pytest.mark.xfail(reason=self.broken_from[1], strict=True))
-        return pytest.param(self, marks=marks, id=self.id)
 
 
 # Each test here runs more than 700,000 calls of the package (more than the rest of its
@@ -221,13 +210,6 @@ SUITES = (
         ),
         min_passed=700,
         min_thread_lanes=20,
-        broken_from=(
-            (3, 12),
-            "its stored request comes truncated, with as many exits without an enter as "
-            "missing exits (2,138) and suspends while suspended as resumes without a suspend "
-            "(404): events land in the wrong lane somewhere in its 3.12+ runs (each asyncio "
-            "test also runs with the eager task factory there); test outcomes are as plain",
-        ),
     ),
     Suite(  # a pytest plugin (a pytest11 entry point) whose own tests run through it
         "pytest-mock",
@@ -538,7 +520,7 @@ def lanes_holding(db_url: str, request_id: str, package: str) -> Counter[str]:
     return Counter(LaneKind(tree.lanes[n].kind).label for n in holding)
 
 
-@pytest.mark.parametrize("suite", [suite.param for suite in SUITES])
+@pytest.mark.parametrize("suite", SUITES, ids=lambda s: s.id)
 def test_suite_passes_instrumented(
     suite: Suite, checkout: Callable[[Suite], Checkout], server: ServerProcess, tmp_path: Path
 ):
@@ -559,7 +541,7 @@ def test_suite_passes_instrumented(
         assert lanes["thread"] + lanes["executor"] >= suite.min_thread_lanes, lanes
 
 
-@pytest.mark.parametrize("suite", [suite.param for suite in SUITES])
+@pytest.mark.parametrize("suite", SUITES, ids=lambda s: s.id)
 def test_suite_passes_traced_under_debug_malloc(
     suite: Suite, checkout: Callable[[Suite], Checkout], server: ServerProcess, tmp_path: Path
 ):
