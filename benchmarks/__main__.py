@@ -1,7 +1,7 @@
 """`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, depth,
 memory, queries, fleet, host-calls, host-calls-versions, host-unsampled, host-app,
-host-instructions, host-startup, ui-render or all; `table` prints the overhead table in
-markdown from the results files.
+host-app-versions, host-instructions, host-startup, ui-render or all; `table` prints the
+overhead table in markdown from the results files.
 
 This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
 threads inherit it) and starts the server pinned to core 0."""
@@ -15,6 +15,7 @@ from benchmarks import (
     depth,
     fleet,
     host_app,
+    host_app_versions,
     host_calls,
     host_calls_versions,
     host_instructions,
@@ -46,6 +47,19 @@ def setups_option(parser: argparse.ArgumentParser, known: str) -> None:
         "--setups",
         default="",
         help=f"only these, comma-separated (none is always measured): {known}",
+    )
+
+
+def app_load_options(p: argparse.ArgumentParser) -> None:
+    """host-app's load: the same for one interpreter and for each (host-app-versions)."""
+    p.add_argument("--rounds", type=int, default=20, help="interleaved CPU rounds")
+    p.add_argument("--seconds", type=int, default=2, help="measured load per CPU window")
+    p.add_argument("--warmup", type=int, default=1, help="load before each CPU window")
+    p.add_argument(
+        "--latency-rounds", type=int, default=10, help="interleaved open-loop rounds (0: none)"
+    )
+    p.add_argument(
+        "--latency-seconds", type=float, default=4.0, help="measured open-loop load per window"
     )
 
 
@@ -135,21 +149,23 @@ def _parser() -> argparse.ArgumentParser:
         help="CPU per request, throughput and p99 latency: host vs none (vs other profilers)",
     )
     p.add_argument("--app", choices=(*host_app.APPS, "script", "all"), default="flask")
-    p.add_argument("--rounds", type=int, default=20, help="interleaved CPU rounds")
-    p.add_argument("--seconds", type=int, default=2, help="measured load per CPU window")
-    p.add_argument("--warmup", type=int, default=1, help="load before each CPU window")
-    p.add_argument(
-        "--latency-rounds", type=int, default=10, help="interleaved open-loop rounds (0: none)"
-    )
-    p.add_argument(
-        "--latency-seconds", type=float, default=4.0, help="measured open-loop load per window"
-    )
+    app_load_options(p)
     p.add_argument("--carts", type=int, default=15_000, help="carts the script prices per run")
     setups_option(
         p,
         f"apps {_keys(host_app.SETUPS)} (default {host_app.DEFAULT_SETUPS}); "
         f"script {_keys(host_script.SETUPS)}",
     )
+    p = sub.add_parser(
+        "host-app-versions", help="host-app on each supported CPython, ratios side by side"
+    )
+    p.add_argument(
+        "--apps",
+        default=",".join(host_app_versions.APPS),
+        help=f"comma-separated, of {','.join(host_app.APPS)}",
+    )
+    app_load_options(p)
+    setups_option(p, f"{_keys(host_app.SETUPS)} (default {host_app_versions.SETUPS})")
     p = sub.add_parser(
         "host-instructions",
         help="instructions per request under callgrind: host vs none vs cProfile and yappi",
@@ -252,6 +268,14 @@ def _run(args: argparse.Namespace) -> None:
                     args.latency_rounds,
                     args.latency_seconds,
                 )
+    elif args.benchmark == "host-app-versions":
+        options = [
+            *("--rounds", str(args.rounds), "--seconds", str(args.seconds)),
+            *("--warmup", str(args.warmup), "--latency-rounds", str(args.latency_rounds)),
+            *("--latency-seconds", str(args.latency_seconds)),
+            *(("--setups", args.setups) if args.setups else ()),
+        ]
+        host_app_versions.run([a for a in args.apps.split(",") if a], options)
     elif args.benchmark == "host-instructions":
         for app in host_app.APPS if args.app == "all" else [args.app]:
             host_instructions.run(app, args.warmup, args.requests, args.setups, args.idle)

@@ -49,7 +49,7 @@ def interpreters() -> dict[str, str]:
         if not python.exists():
             raise SystemExit(
                 f"no {python.parent.parent.name} for CPython {version}: "
-                "`./dev bench host-calls-versions` makes it"
+                "`./dev bench` makes it for a *-versions benchmark"
             )
         found[version] = str(python)
     return found

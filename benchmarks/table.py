@@ -14,6 +14,7 @@ free); for p99, lower (1.05 is 5% slower)."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,22 +37,33 @@ OFF_ROW = Row("sampling off", host_app.OFF, host_app.OFF, 0.99, 1.05)
 DEFAULT_ROW = Row(
     "default (10/s)", host_app.DEFAULT, host_instructions.DEFAULT_COMPOSED, 0.97, 1.05
 )
+AA_ROW = Row("none (A/A)", "none (A/A)", "none (A/A)")
+CPROFILE_ROW = Row("cProfile", "cProfile", "cProfile")
+YAPPI_ROW = Row("yappi", "yappi", "yappi")
 ROWS = (
-    Row("none (A/A)", "none (A/A)", "none (A/A)"),
+    AA_ROW,
     OFF_ROW,
     # the unsampled path at any rate: a request the default sampler let pass (instructions)
     Row("default, a request not sampled", "", host_instructions.UNSAMPLED),
     DEFAULT_ROW,
     Row("every request", host_app.EVERY, host_app.EVERY),
-    Row("cProfile", "cProfile", "cProfile"),
-    Row("yappi", "yappi", "yappi"),
+    CPROFILE_ROW,
+    YAPPI_ROW,
 )
 
 
+THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
 def newest(directory: Path, benchmark: str, app: str) -> dict | None:
-    """The newest result file of `benchmark` for `app` (names end in a sortable time)."""
-    found = sorted(directory.glob(f"{benchmark}-{app}-2*.json"))
-    return json.loads(found[-1].read_text()) if found else None
+    """The newest result file of `benchmark` for `app` measured on this interpreter's
+    version (names end in a sortable time; `host-app-versions` leaves the other versions'
+    runs beside them)."""
+    for path in sorted(directory.glob(f"{benchmark}-{app}-2*.json"), reverse=True):
+        result = json.loads(path.read_text())
+        if result["machine"]["python"].startswith(f"{THIS_PYTHON}."):
+            return result
+    return None
 
 
 def command(result: dict) -> str:
@@ -229,11 +241,42 @@ def brief_table(directory: Path) -> str:
     return "\n".join(lines)
 
 
+# the setups the versions' table sets side by side: the run's noise, the host's (held to
+# the goals) and the peers
+VERSION_ROWS = (AA_ROW, OFF_ROW, DEFAULT_ROW, CPROFILE_ROW, YAPPI_ROW)
+
+
+def versions_table(directory: Path) -> str:
+    """Markdown from the newest `host-app-versions` result: per sample app and setup, the
+    CPU ratio at full speed and at half rate on each supported CPython (each version's
+    ratio against the app uninstrumented on that version, in the same rounds)."""
+    found = sorted(directory.glob("host-app-versions-2*.json"))
+    if not found:
+        return "No host-app-versions result."
+    result = json.loads(found[-1].read_text())
+    versions = sorted({v for by_version in result["apps"].values() for v in by_version})
+    lines = [
+        f"| app | setup | {' | '.join(f'CPU {v}: full / half rate' for v in versions)} |",
+        f"| --- | --- |{' --- |' * len(versions)}",
+    ]
+    for app, by_version in result["apps"].items():
+        for row in VERSION_ROWS:
+            cells = []
+            for version in versions:
+                figure = by_version.get(version, {}).get("setups", {}).get(row.cpu, {})
+                full, half = figure.get("cpu_ratio"), figure.get("cpu_ratio_at_latency_rate")
+                cells.append(" / ".join("-" if r is None else f"{r:.3f}" for r in (full, half)))
+            lines.append(f"| {app} | {row.label} | {' | '.join(cells)} |")
+    return "\n".join([*lines, "", f"    {command(result)}"])
+
+
 def run(directory: Path = results.RESULTS, brief: bool = False) -> str:
     """The tables (`brief`: the README's), printed and returned."""
     if brief:
-        text = brief_table(directory)
+        text = f"{brief_table(directory)}\n\n{versions_table(directory)}"
     else:
-        text = f"{overhead_table(directory)}\n\n{threads_table(directory)}"
+        text = "\n\n".join(
+            (overhead_table(directory), threads_table(directory), versions_table(directory))
+        )
     print(text)
     return text

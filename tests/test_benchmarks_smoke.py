@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,10 @@ TINY = {
 HOST_APP = [
     "host-app", "--app", "fast-async", "--rounds", "1", "--seconds", "2", "--warmup", "1",
     "--latency-rounds", "1", "--latency-seconds", "1", "--setups", "aa,off,default",
+]  # fmt: skip
+HOST_APP_VERSIONS = [
+    "host-app-versions", "--apps", "fast-sync", "--rounds", "1", "--seconds", "1",
+    "--warmup", "1", "--latency-rounds", "0", "--setups", "off",
 ]  # fmt: skip
 HOST_INSTRUCTIONS = [
     "host-instructions", "--app", "fast-sync", "--warmup", "3", "--requests", "5",
@@ -81,9 +86,11 @@ def test_benchmark_runs_at_a_tiny_size(benchmark: str, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def overhead_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tiny host-app and one tiny host-instructions run, in one results directory."""
+    """One tiny host-app, host-app-versions and host-instructions run each, in one results
+    directory."""
     results = tmp_path_factory.mktemp("overhead-results")
     bench(HOST_APP, results)
+    bench(HOST_APP_VERSIONS, results)
     bench(HOST_INSTRUCTIONS, results, timeout=1200)
     return results
 
@@ -126,6 +133,13 @@ def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
     brief = bench(["table", "--brief"], overhead_results)
     assert "| fast-async |" in brief
     assert "| fast-sync |" in brief
+    # the versions' table: a column per supported CPython, each from its own run
+    header = next(line for line in brief.splitlines() if "CPU 3.11" in line)
+    assert "CPU 3.12: full / half rate" in header and "CPU 3.13" in header
+    off = next(line for line in brief.splitlines() if line.startswith("| fast-sync | sampling off"))
+    cells = [cell.strip() for cell in off.split("|")[3:-1]]
+    assert len(cells) == 3 and all(re.fullmatch(r"\d\.\d{3} / -", c) for c in cells), off
+    assert "./dev bench host-app-versions --apps fast-sync" in brief
 
 
 @pytest.mark.parametrize("mode", call_instructions.MODES)
