@@ -9,33 +9,13 @@ beside the summary."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 from benchmarks import results
-from benchmarks.host_calls_versions import ROOT, interpreters
+from benchmarks.host_calls_versions import interpreters, run_on
 
 APPS = ("flask", "starlette")  # the sample apps: the goals of the versions' table
 SETUPS = "aa,off,default,cprofile,yappi"
 # per setup, what the table sets side by side (host_app's figure keys, medians)
 FIGURES = ("cpu_ratio", "cpu_ratio_at_latency_rate", "p99_ratio")
-
-
-def _host_app(python: str, app: str, options: list[str]) -> dict:
-    """One `host-app` run of `app` on `python`; its saved JSON."""
-    done = subprocess.run(
-        [python, "-m", "benchmarks", "host-app", "--app", app, *options],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=7200,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"host-app on {python} failed:\n{done.stdout}\n{done.stderr}")
-    print(done.stdout)
-    saved = [line for line in done.stdout.splitlines() if line.startswith("results: ")]
-    return json.loads(Path(saved[-1].removeprefix("results: ")).read_text())
 
 
 def summary(run: dict) -> dict[str, dict[str, float]]:
@@ -54,7 +34,7 @@ def run(apps: list[str], options: list[str]) -> dict:
     out: dict[str, dict] = {}
     for app in apps:
         for version, python in pythons.items():
-            one = _host_app(python, app, options)
+            one = run_on(python, ["host-app", "--app", app, *options], timeout=7200)
             out.setdefault(app, {})[version] = {
                 "python": one["machine"]["python"],
                 "setups": summary(one),

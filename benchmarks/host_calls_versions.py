@@ -55,17 +55,19 @@ def interpreters() -> dict[str, str]:
     return found
 
 
-def _host_calls(python: str, rounds: int, calls: int) -> dict:
-    """One `host-calls` run on `python`; its saved JSON."""
+def run_on(python: str, args: list[str], timeout: float = 3600) -> dict:
+    """`python -m benchmarks ARGS` on `python` (a venv's), its output passed on; the result
+    it saved."""
     done = subprocess.run(
-        [python, "-m", "benchmarks", "host-calls", "--rounds", str(rounds), "--calls", str(calls)],
+        [python, "-m", "benchmarks", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=3600,
+        timeout=timeout,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"host-calls on {python} failed:\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(f"{args[0]} on {python} failed:\n{done.stdout}\n{done.stderr}")
+    print(done.stdout)
     saved = [line for line in done.stdout.splitlines() if line.startswith("results: ")]
     return json.loads(Path(saved[-1].removeprefix("results: ")).read_text())
 
@@ -113,7 +115,8 @@ def _ratio(figures: dict) -> float:
 
 def run(rounds: int, calls: int, instruction_calls: int) -> dict:
     pythons = interpreters()
-    runs = {version: _host_calls(python, rounds, calls) for version, python in pythons.items()}
+    args = ["host-calls", "--rounds", str(rounds), "--calls", str(calls)]
+    runs = {version: run_on(python, args) for version, python in pythons.items()}
     versions = list(runs)
     first = runs[versions[0]]
     functions = [

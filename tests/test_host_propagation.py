@@ -14,6 +14,7 @@ Python (its twin, `PROFILER_PURE_PYTHON=1`): the tests of it run under both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import gc
 import json
@@ -616,24 +617,35 @@ def _uvloop() -> asyncio.AbstractEventLoop:
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": _uvloop}
 
 
+def instrumented(source: str, filename: str) -> tuple[dict[str, Any], dict[int, Any]]:
+    """`source` run with its functions instrumented: its namespace, its functions by id."""
+    functions: dict[int, Any] = {}
+    code = torture_cases.instrument_tree(compile(source, filename, "exec"), hooks.HOOKS, functions)
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    return namespace, functions
+
+
+@contextlib.contextmanager
+def recorded_run(loop: str) -> Iterator[tuple[recording.Request, asyncio.Runner]]:
+    """A sampled request with the propagation patches in, and a runner on `loop`."""
+    propagation.install()
+    try:
+        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            yield req, runner
+    finally:
+        propagation.uninstall()
+
+
 @pytest.mark.parametrize("loop", LOOPS)
 def test_loop_callbacks_do_not_nest_under_suspended_coroutines(loop: str) -> None:
     """A loop callback runs in the context it was scheduled from, the lane of a task whose
     coroutines gave control away by `await` (no hook saw it): it runs with no lane, so
     nothing nests under frames that are not running (anyio's cancellation delivery)."""
-    functions: dict[int, Any] = {}
-    code = torture_cases.instrument_tree(
-        compile(CALLBACKS, "<callbacks>", "exec"), hooks.HOOKS, functions
-    )
-    namespace: dict[str, Any] = {}
-    exec(code, namespace)
+    namespace, functions = instrumented(CALLBACKS, "<callbacks>")
     log: list[str] = []
-    propagation.install()
-    try:
-        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-            assert runner.run(namespace["main"](log)) == 7
-    finally:
-        propagation.uninstall()
+    with recorded_run(loop) as (req, runner):
+        assert runner.run(namespace["main"](log)) == 7
     assert log == ["callback ran"] * 4
     recorded = [functions[fid].co_qualname for lane in req.lanes for _, fid, _, _ in lane.events]
     assert "main" in recorded and "waiter" in recorded and "plain_step" not in recorded
@@ -666,12 +678,10 @@ def test_a_woken_task_is_marked_ready(loop: str) -> None:
         loop.call_soon(future.set_result, None)
         await future
 
-    propagation.install()
     try:
-        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        with recorded_run(loop) as (req, runner):
             runner.run(main())
     finally:
-        propagation.uninstall()
         propagation.ready = original  # type: ignore[assignment]
     assert req.main in marked
 
@@ -707,18 +717,9 @@ def test_a_task_woken_by_a_callback_in_its_own_lane_still_nests(loop: str) -> No
     """uvloop runs a reader (and a transport's protocol) in the context it was added in,
     the lane of the task that waits, on top of the task's suspended frames: no ready mark
     records their suspension inside that call, where it would not nest (anyio's streams)."""
-    functions: dict[int, Any] = {}
-    code = torture_cases.instrument_tree(
-        compile(READER, "<reader>", "exec"), hooks.HOOKS, functions
-    )
-    namespace: dict[str, Any] = {}
-    exec(code, namespace)
-    propagation.install()
-    try:
-        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-            assert runner.run(namespace["main"]()) == 7
-    finally:
-        propagation.uninstall()
+    namespace, functions = instrumented(READER, "<reader>")
+    with recorded_run(loop) as (req, runner):
+        assert runner.run(namespace["main"]()) == 7
     recorded = [functions[fid].co_qualname for lane in req.lanes for _, fid, _, _ in lane.events]
     assert "waiter" in recorded
     for lane in req.lanes:
@@ -767,19 +768,10 @@ def test_tasks_made_without_create_task_get_lanes_of_their_own(loop: str, factor
     context, in the creator's lane: it gets a task lane of its own as its first step is
     scheduled, so the two tasks' calls never interleave in one lane (they did in anyio's
     suite under the eager task factory: exits without an enter, missing exits)."""
-    functions: dict[int, Any] = {}
-    code = torture_cases.instrument_tree(
-        compile(DIRECT_TASKS, "<direct>", "exec"), hooks.HOOKS, functions
-    )
-    namespace: dict[str, Any] = {}
-    exec(code, namespace)
-    propagation.install()
-    try:
-        with request(sampled=True) as req, asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-            main = namespace["main"](factory == "eager", propagation.follow_loop)
-            assert runner.run(main) == [0, 1, 2]
-    finally:
-        propagation.uninstall()
+    namespace, functions = instrumented(DIRECT_TASKS, "<direct>")
+    with recorded_run(loop) as (req, runner):
+        main = namespace["main"](factory == "eager", propagation.follow_loop)
+        assert runner.run(main) == [0, 1, 2]
     holding: dict[str, list[recording.Lane]] = {}
     for lane in req.lanes:
         assert_nested(lane.id, lane.events, functions)
