@@ -246,10 +246,11 @@ def brief_table(directory: Path) -> str:
 VERSION_ROWS = (AA_ROW, OFF_ROW, DEFAULT_ROW, CPROFILE_ROW, YAPPI_ROW)
 
 
-def versions_table(directory: Path) -> str:
+def versions_table(directory: Path, brief: bool = False) -> str:
     """Markdown from the newest `host-app-versions` result: per sample app and setup, the
     CPU ratio at full speed and at half rate on each supported CPython (each version's
-    ratio against the app uninstrumented on that version, in the same rounds)."""
+    ratio against the app uninstrumented on that version, in the same rounds), and the
+    command that produced it (`brief`: not, as in the README)."""
     found = sorted(directory.glob("host-app-versions-2*.json"))
     if not found:
         return "No host-app-versions result."
@@ -267,13 +268,13 @@ def versions_table(directory: Path) -> str:
                 full, half = figure.get("cpu_ratio"), figure.get("cpu_ratio_at_latency_rate")
                 cells.append(" / ".join("-" if r is None else f"{r:.3f}" for r in (full, half)))
             lines.append(f"| {app} | {row.label} | {' | '.join(cells)} |")
-    return "\n".join([*lines, "", f"    {command(result)}"])
+    return "\n".join(lines if brief else [*lines, "", f"    {command(result)}"])
 
 
 def run(directory: Path = results.RESULTS, brief: bool = False) -> str:
     """The tables (`brief`: the README's), printed and returned."""
     if brief:
-        text = f"{brief_table(directory)}\n\n{versions_table(directory)}"
+        text = f"{brief_table(directory)}\n\n{versions_table(directory, brief=True)}"
     else:
         text = "\n\n".join(
             (overhead_table(directory), threads_table(directory), versions_table(directory))

@@ -139,7 +139,7 @@ def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
     off = next(line for line in brief.splitlines() if line.startswith("| fast-sync | sampling off"))
     cells = [cell.strip() for cell in off.split("|")[3:-1]]
     assert len(cells) == 3 and all(re.fullmatch(r"\d\.\d{3} / -", c) for c in cells), off
-    assert "./dev bench host-app-versions --apps fast-sync" in brief
+    assert "./dev bench host-app-versions --apps fast-sync" in out
 
 
 @pytest.mark.parametrize("mode", call_instructions.MODES)
