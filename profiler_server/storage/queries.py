@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -23,6 +25,13 @@ from profiler_server.assembly.states import WALL, Value
 from profiler_server.storage import schema
 
 NS_PER_MINUTE = 60_000_000_000
+
+
+def plain(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as a dict keyed by plain `str`: SQLAlchemy keys a row by `quoted_name`, a str
+    subclass that orjson refuses as a dict key, so an answer holding one was written by the
+    slow fallback encoder (a 10,000-call request: 200 ms instead of 40)."""
+    return {str(key): value for key, value in row.items()}
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ def list_requests(engine: Engine, f: RequestFilter) -> tuple[list[dict], int]:
     count = select(func.count()).select_from(matching.subquery())
     with engine.connect() as conn:
         rows = conn.execute(page.limit(f.limit).offset(f.offset)).mappings()
-        found = [dict(row) for row in rows]
+        found = [plain(row) for row in rows]
         return found, conn.execute(count).scalar_one()
 
 
@@ -111,7 +120,7 @@ def get_request(engine: Engine, request_id: str) -> tuple[dict, tree_pb2.StoredT
     if row is None:
         return None
     tree = tree_pb2.StoredTree.FromString(row["tree"])
-    return {k: v for k, v in row.items() if k != "tree"}, tree
+    return {k: v for k, v in plain(row).items() if k != "tree"}, tree
 
 
 SOURCES_PER_QUERY = 10_000  # bound parameters per statement: SQLite allows 32,766
@@ -126,7 +135,7 @@ def function_sources(engine: Engine, names: list[str]) -> list[dict]:
         for first in range(0, len(ids), SOURCES_PER_QUERY):
             chunk = ids[first : first + SOURCES_PER_QUERY]
             query = select(fn.c.name, fn.c.file, fn.c.line).where(fn.c.id.in_(chunk))
-            found += [dict(row) for row in conn.execute(query).mappings()]
+            found += [plain(row) for row in conn.execute(query).mappings()]
     return found
 
 
@@ -301,6 +310,9 @@ def function_totals(
     with engine.connect() as conn:
         rows = conn.execute(query).mappings().all()
     return [
-        {k: (int(v) if k not in ("name", "file") and v is not None else v) for k, v in row.items()}
+        {
+            k: (int(v) if k not in ("name", "file") and v is not None else v)
+            for k, v in plain(row).items()
+        }
         for row in rows
     ]
