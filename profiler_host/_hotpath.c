@@ -1060,17 +1060,47 @@ check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
     return -1;
 }
 
-/* enter(lane, fid) -> CallToken (lane, fid << KIND_BITS, call id) or None */
+/* The lane of this context (a new reference) or NULL with no error when it has none. The
+ * open gate's read of the ContextVar, inside `enter` so that a sampled call pays one builtin
+ * call, not two. */
 static PyObject *
-hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+context_lane(void)
+{
+    PyObject *lane = NULL;
+    if (current_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure() was not called");
+        return NULL;
+    }
+    if (PyContextVar_Get(current_var, NULL, &lane) < 0)
+        return NULL;
+    if (lane == Py_None)
+        Py_CLEAR(lane);
+    return lane;
+}
+
+/* Records the ENTER of `fid` in this context's lane: 1 as enter_core; 0 also when the context
+ * has no lane (not in a sampled request). */
+static int
+enter_here(PyObject *fid_arg, PyObject **lane_out, long long *fk_out, long long *call_out)
+{
+    int rc;
+    PyObject *lane = context_lane();
+    if (lane == NULL)
+        return PyErr_Occurred() ? swallow() : 0;
+    rc = enter_core(lane, fid_arg, lane_out, fk_out, call_out);
+    Py_DECREF(lane);
+    return rc;
+}
+
+/* enter(fid) -> CallToken (lane, fid << KIND_BITS, call id), or None outside a sampled
+ * request */
+static PyObject *
+hp_enter(PyObject *module, PyObject *fid)
 {
     PyObject *lane = NULL;
     CallToken *token;
     long long fk = 0, call = 0;
-    int rc;
-    if (check_nargs("enter", nargs, 2) < 0)
-        return NULL;
-    rc = enter_core(args[0], args[1], &lane, &fk, &call);
+    int rc = enter_here(fid, &lane, &fk, &call);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
     token = token_new(lane, fk, call);
@@ -1081,16 +1111,13 @@ hp_enter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return (PyObject *)token;
 }
 
-/* enter_resumable(lane, fid) -> [lane, fid << KIND_BITS, call id, False, call id] or None */
+/* enter_resumable(fid) -> [lane, fid << KIND_BITS, call id, False, call id] or None */
 static PyObject *
-hp_enter_resumable(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+hp_enter_resumable(PyObject *module, PyObject *fid)
 {
     PyObject *lane = NULL, *fk, *call, *token;
     long long fk_int = 0, call_int = 0;
-    int rc;
-    if (check_nargs("enter_resumable", nargs, 2) < 0)
-        return NULL;
-    rc = enter_core(args[0], args[1], &lane, &fk_int, &call_int);
+    int rc = enter_here(fid, &lane, &fk_int, &call_int);
     if (rc <= 0)
         return rc < 0 ? NULL : Py_NewRef(Py_None);
     fk = PyLong_FromLongLong(fk_int);
@@ -1673,20 +1700,6 @@ fail: { /* nothing half-written stays */
     return NULL;
 }
 
-/* current() -> the lane of this context or None: the open gate's first call. A module
-   function rather than the ContextVar's bound `get`, so that code holding it as a constant
-   pickles by value (a ContextVar cannot be pickled; a module function pickles by name). */
-static PyObject *
-hp_current(PyObject *module, PyObject *unused)
-{
-    PyObject *lane = NULL;
-    if (current_var == NULL)
-        Py_RETURN_NONE;
-    if (PyContextVar_Get(current_var, Py_None, &lane) < 0)
-        return NULL;
-    return lane;
-}
-
 /* configure(own_lane, failed, running, current): the Python parts the hooks call back into */
 static PyObject *
 hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1707,10 +1720,9 @@ hp_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
-    {"enter", (PyCFunction)(void (*)(void))hp_enter, METH_FASTCALL,
-     "enter(lane, fid) -> token or None"},
-    {"enter_resumable", (PyCFunction)(void (*)(void))hp_enter_resumable, METH_FASTCALL,
-     "enter_resumable(lane, fid) -> token or None"},
+    {"enter", hp_enter, METH_O, "enter(fid) -> token, or None outside a sampled request"},
+    {"enter_resumable", hp_enter_resumable, METH_O,
+     "enter_resumable(fid) -> token, or None outside a sampled request"},
     {"exit", hp_exit, METH_O, "exit(token)"},
     {"exit_resumable", hp_exit_resumable, METH_O, "exit_resumable(token)"},
     {"exit_exception", (PyCFunction)(void (*)(void))hp_exit_exception, METH_FASTCALL,
@@ -1723,7 +1735,6 @@ static PyMethodDef methods[] = {
      "thrown(token): an exception handler of a generator or coroutine starts"},
     {"pack", (PyCFunction)(void (*)(void))hp_pack, METH_FASTCALL,
      "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
-    {"current", hp_current, METH_NOARGS, "current() -> the lane of this context or None"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
      "configure(own_lane, failed, running, current)"},
     {NULL},

@@ -69,6 +69,7 @@ class Gate(list):
 ACTIVE = Gate()
 UNCLAIMED = 0  # Lane.thread of a lane made for work that has not started yet
 errors = [0]  # hook failures since start
+_CURRENT = recording.CURRENT  # the open gate's enter reads it (a module global, not an attribute)
 
 # A plain call's token: (lane, function << KIND_BITS, call id).
 PlainToken = tuple[recording.Lane, int, int]
@@ -105,8 +106,13 @@ def _own_lane(lane: recording.Lane) -> recording.Lane:
     return request.spawn(lane, LaneKind.THREAD, threading.current_thread().name)
 
 
-def enter(lane: recording.Lane, fid: int) -> PlainToken | None:
+def enter(fid: int) -> PlainToken | None:
+    """Records the call of `fid` in the lane of this context; None outside a sampled request
+    (the open gate then runs the original body)."""
     try:
+        lane = _CURRENT.get()
+        if lane is None:
+            return None
         if lane.thread != get_ident():
             lane = _own_lane(lane)
         request = lane.request
@@ -127,8 +133,8 @@ def enter(lane: recording.Lane, fid: int) -> PlainToken | None:
         return None
 
 
-def enter_resumable(lane: recording.Lane, fid: int) -> ResumableToken | None:
-    token = enter(lane, fid)
+def enter_resumable(fid: int) -> ResumableToken | None:
+    token = enter(fid)
     if token is None:
         return None
     resumable = [*token, False, token[TOKEN_CALL]]  # not suspended, stamped with its call id
@@ -326,15 +332,8 @@ def thrown(token: ResumableToken) -> None:
         _failed()
 
 
-def current() -> recording.Lane | None:
-    """The lane of this context (a module function, not the ContextVar's bound `get`: code
-    holding its hooks as constants must pickle by value, and a ContextVar cannot)."""
-    return recording.CURRENT.get()
-
-
 PYTHON_HOOKS = Hooks(
     gate=ACTIVE,
-    current=current,
     enter=enter,
     enter_resumable=enter_resumable,
     exit=exit,
@@ -372,7 +371,6 @@ def _c_hooks() -> Hooks:
     _hotpath.configure(_own_lane, _failed, _RUNNING, recording.CURRENT)
     return Hooks(
         gate=ACTIVE,
-        current=_hotpath.current,
         enter=_hotpath.enter,
         enter_resumable=_hotpath.enter_resumable,
         exit=_hotpath.exit,

@@ -47,9 +47,8 @@ class Hooks:
     """What injected code calls. Each is loaded as a constant: no names are added."""
 
     gate: list  # truthy while any request in the process is sampled
-    current: Callable[[], Any]  # returns the current lane or None (ContextVar.get)
-    enter: Callable[[Any, int], Any]  # (lane, function id) -> token or None
-    enter_resumable: Callable[[Any, int], Any]  # same, for generators and coroutines
+    enter: Callable[[int], Any]  # function id -> token, or None outside a sampled request
+    enter_resumable: Callable[[int], Any]  # same, for generators and coroutines
     exit: Callable[[Any], None]
     exit_resumable: Callable[[Any], None]  # same, for generators and coroutines
     exit_exception: Callable[[Any, BaseException], None]
@@ -171,27 +170,20 @@ class _Injector:
         self.out.extend((ins, covered) for ins in instrs)
 
     def _entry(self, plain: Label, instrumented: Label) -> None:
-        """The open gate: enter(lane, id) pushes the token and the instrumented copy runs;
-        with no lane in this context, or no token, the frame goes back to the original."""
+        """The open gate: enter(id) pushes the token and the instrumented copy runs; outside
+        a sampled request, or with no token, the frame goes back to the original. One hook
+        call: enter reads the context's lane itself."""
         h, layout = self.hooks, self.layout
-        unsampled, body = Label(), Label()
-        enter = h.enter_resumable if self.resumable else h.enter
+        body = Label()
         loc = _NO_LINE
         self._emit(
             False,
             instrumented,
-            *layout.push_callable(h.current, loc),
-            *layout.call(0, loc),
-            Instr("COPY", 1, location=loc),
-            layout.jump_if_none(unsampled, loc),
-            *layout.push_callable(enter, loc),  # [lane, callable...] -> [callable..., lane]
-            Instr("SWAP", 2, location=loc),
-            Instr("SWAP", 3, location=loc),
+            *layout.push_callable(h.enter_resumable if self.resumable else h.enter, loc),
             Instr("LOAD_CONST", self.fid, location=loc),
-            *layout.call(2, loc),
+            *layout.call(1, loc),
             Instr("COPY", 1, location=loc),
             layout.jump_if_not_none(body, loc),
-            unsampled,
             Instr("POP_TOP", location=loc),
             Instr("JUMP_BACKWARD", plain, location=loc),
             body,

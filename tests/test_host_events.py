@@ -4,6 +4,7 @@ made by either implementation put each field where `events` says."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import subprocess
 import sys
@@ -91,13 +92,30 @@ def test_tokens_hold_their_fields_where_events_says(name: str) -> None:
     implementation: Hooks = IMPLEMENTATIONS[name]
     request = recording.Request(request_id=1, route="/", method="GET", event_cap=1000)
     lane = request.main
-    plain = implementation.enter(lane, 5)
+    assert implementation.enter(5) is None  # this context has no lane: not sampled
+    assert implementation.enter_resumable(6) is None
+    contextvars.copy_context().run(_record_in, implementation, lane, name)
+    assert [event[:3] for event in lane.events] == [
+        (EventKind.ENTER, 5, 1),
+        (EventKind.ENTER, 6, 2),
+        (EventKind.SUSPEND, 6, 2),
+        (EventKind.RESUME, 6, 2),
+        (EventKind.EXIT, 6, 2),
+        (EventKind.EXIT, 5, 1),
+    ]
+    assert lane not in hooks._RUNNING
+
+
+def _record_in(implementation: Hooks, lane: recording.Lane, name: str) -> None:
+    """enter reads the lane from the context, as the open gate calls it."""
+    recording.CURRENT.set(lane)
+    plain = implementation.enter(5)
     assert type(plain).__name__ == ("tuple" if name == "python" else "CallToken")
     assert len(plain) == PLAIN_TOKEN_SIZE
     assert plain[TOKEN_LANE] is lane
     assert (plain[TOKEN_FK], plain[TOKEN_CALL]) == (5 << KIND_BITS, 1)
 
-    resumable = implementation.enter_resumable(lane, 6)
+    resumable = implementation.enter_resumable(6)
     assert type(resumable) is list and len(resumable) == RESUMABLE_TOKEN_SIZE
     assert resumable[TOKEN_LANE] is lane
     assert (resumable[TOKEN_FK], resumable[TOKEN_CALL]) == (6 << KIND_BITS, 2)
@@ -108,13 +126,3 @@ def test_tokens_hold_their_fields_where_events_says(name: str) -> None:
     assert (resumable[TOKEN_SUSPENDED], resumable[TOKEN_STAMP]) == (False, 3)
     implementation.exit_resumable(resumable)
     implementation.exit(plain)
-
-    assert [event[:3] for event in lane.events] == [
-        (EventKind.ENTER, 5, 1),
-        (EventKind.ENTER, 6, 2),
-        (EventKind.SUSPEND, 6, 2),
-        (EventKind.RESUME, 6, 2),
-        (EventKind.EXIT, 6, 2),
-        (EventKind.EXIT, 5, 1),
-    ]
-    assert lane not in hooks._RUNNING

@@ -123,13 +123,24 @@ def request(sampled: bool) -> Iterator[recording.Request]:
     """A request in flight; its main lane is current only when `sampled`."""
     req = recording.Request(request_id=1, route="/torture", method="GET", event_cap=200_000)
     hooks.ACTIVE.append(req)
-    token = recording.CURRENT.set(req.main) if sampled else None
     try:
-        yield req
+        if sampled:
+            with current(req.main):
+                yield req
+        else:
+            yield req
     finally:
-        if token is not None:
-            recording.CURRENT.reset(token)
         hooks.ACTIVE.remove(req)
+
+
+@contextmanager
+def current(lane: recording.Lane) -> Iterator[recording.Lane]:
+    """`lane` is this context's lane, as in a sampled request (enter reads it there)."""
+    token = recording.CURRENT.set(lane)
+    try:
+        yield lane
+    finally:
+        recording.CURRENT.reset(token)
 
 
 def _describe(exc: BaseException | None) -> tuple | None:
@@ -566,7 +577,8 @@ def failing_hooks(
     kind: int, exc: BaseException | type[BaseException], implementation: rewriter.Hooks
 ) -> tuple[rewriter.Hooks, recording.Request]:
     """The real hook functions, recording into a lane whose buffer raises `exc` when an
-    event of `kind` is appended (a custom Hooks instance: own gate, own `current`)."""
+    event of `kind` is appended (a custom Hooks instance with its own open gate; run it
+    inside `current(req.main)`)."""
     req = recording.Request(request_id=7, route="/fail", method="GET", event_cap=1000)
     lane = req.main
     record = lane.record
@@ -577,8 +589,7 @@ def failing_hooks(
         record(event)
 
     lane.record = failing
-    custom = dataclasses.replace(implementation, gate=[True], current=lambda: lane)
-    return custom, req
+    return dataclasses.replace(implementation, gate=[True]), req
 
 
 def instrument(hooks_: rewriter.Hooks) -> dict[str, Callable]:
@@ -598,7 +609,9 @@ KINDS |= {"suspend": SUSPEND, "resume": RESUME}
 def test_hook_raising_exception_is_swallowed(kind: int, implementation) -> None:
     custom, req = failing_hooks(kind, ValueError("hook bug"), implementation)
     before = hooks.errors[0]
-    assert scenario(instrument(custom)) == scenario({f.__name__: f for f in SAMPLES})
+    plain = scenario({f.__name__: f for f in SAMPLES})
+    with current(req.main):
+        assert scenario(instrument(custom)) == plain
     assert hooks.errors[0] > before
     recorded = {event[0] for event in req.main.events}
     assert kind not in recorded
@@ -622,17 +635,18 @@ def _drive(fns: dict[str, Callable], kind: int) -> None:
 
 @pytest.mark.parametrize("kind", KINDS.values(), ids=KINDS.keys())
 def test_keyboard_interrupt_in_hook_propagates(kind: int, implementation) -> None:
-    custom, _ = failing_hooks(kind, KeyboardInterrupt(), implementation)
-    with pytest.raises(KeyboardInterrupt):
+    custom, req = failing_hooks(kind, KeyboardInterrupt(), implementation)
+    with current(req.main), pytest.raises(KeyboardInterrupt):
         _drive(instrument(custom), kind)
 
 
 def test_keyboard_interrupt_in_delegated_resume_propagates(implementation) -> None:
-    custom, _ = failing_hooks(RESUME, KeyboardInterrupt(), implementation)
-    gen = instrument(custom)["delegating"](1)
-    next(gen)
-    with pytest.raises(KeyboardInterrupt):
-        gen.send(2)
+    custom, req = failing_hooks(RESUME, KeyboardInterrupt(), implementation)
+    with current(req.main):
+        gen = instrument(custom)["delegating"](1)
+        next(gen)
+        with pytest.raises(KeyboardInterrupt):
+            gen.send(2)
     assert inspect.getgeneratorstate(gen) == inspect.GEN_CLOSED
 
 
@@ -646,8 +660,8 @@ def test_custom_hook_raising_base_exception_propagates(slot: str, implementation
     lane = recording.Request(request_id=8, route="/", method="GET", event_cap=100).main
     names = {"enter": ["enter", "enter_resumable"], "resume": ["resume", "resume_delegated"]}
     changes = dict.fromkeys(names.get(slot, [slot]), interrupt)
-    custom = dataclasses.replace(implementation, gate=[True], current=lambda: lane, **changes)
-    with pytest.raises(KeyboardInterrupt, match=slot):
+    custom = dataclasses.replace(implementation, gate=[True], **changes)
+    with current(lane), pytest.raises(KeyboardInterrupt, match=slot):
         _drive(instrument(custom), KINDS[slot])
 
 
@@ -855,15 +869,16 @@ def test_c_hooks_do_not_leak(failing: str | None) -> None:
     """Every hook, also on its error paths: what a run allocates is freed again."""
     if failing is None:
         req = recording.Request(request_id=9, route="/leak", method="GET", event_cap=1 << 29)
-        custom = dataclasses.replace(hooks.HOOKS, gate=[True], current=lambda: req.main)
+        custom = dataclasses.replace(hooks.HOOKS, gate=[True])
     else:
         # a class: a fresh exception each time (one instance raised again keeps its tracebacks)
         custom, req = failing_hooks(KINDS[failing], ValueError, hooks.HOOKS)
     fns = instrument(custom)
 
     def repeat() -> None:
-        for _ in range(20):
-            scenario(fns)
+        with current(req.main):
+            for _ in range(20):
+                scenario(fns)
         for lane in req.lanes:
             lane.drain()
 

@@ -39,10 +39,6 @@ class Layout(ABC):
         """Calls what `push_callable` pushed with the `nargs` values above it."""
 
     @abstractmethod
-    def jump_if_none(self, target: Label, location: InstrLocation) -> Instr:
-        """Pops the top of the stack; jumps forward to `target` when it is None."""
-
-    @abstractmethod
     def jump_if_not_none(self, target: Label, location: InstrLocation) -> Instr:
         """Pops the top of the stack; jumps forward to `target` unless it is None."""
 

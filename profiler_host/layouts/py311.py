@@ -34,9 +34,6 @@ class Py311(Layout):
     def call(self, nargs: int, location: InstrLocation) -> list[Instr]:
         return [Instr("PRECALL", nargs, location=location), Instr("CALL", nargs, location=location)]
 
-    def jump_if_none(self, target: Label, location: InstrLocation) -> Instr:
-        return Instr("POP_JUMP_FORWARD_IF_NONE", target, location=location)
-
     def jump_if_not_none(self, target: Label, location: InstrLocation) -> Instr:
         return Instr("POP_JUMP_FORWARD_IF_NOT_NONE", target, location=location)
 

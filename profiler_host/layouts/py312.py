@@ -35,9 +35,6 @@ class Py312(Py311):
     def call(self, nargs: int, location: InstrLocation) -> list[Instr]:
         return [Instr("CALL", nargs, location=location)]
 
-    def jump_if_none(self, target: Label, location: InstrLocation) -> Instr:
-        return Instr("POP_JUMP_IF_NONE", target, location=location)
-
     def jump_if_not_none(self, target: Label, location: InstrLocation) -> Instr:
         return Instr("POP_JUMP_IF_NOT_NONE", target, location=location)
 
