@@ -349,12 +349,53 @@ def test_stored_columns_become_the_documented_tree_shape() -> None:
             "root": node(2, "worker", 20, 50, 10, job),
         },
     ]
-    assert views.lanes(request_tree.read(tree).whole()) == expected
+    read = request_tree.read(tree)
+    assert views.lanes(read.whole()) == expected
+    assert FastJSONResponse(views.whole_lanes(read)).body == FastJSONResponse(expected).body
     body = {"lanes": expected, "duration_ms": 0.1, "note": "é", "status": None}
     encoded = FastJSONResponse(body).body
     assert encoded == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
     huge = {"total_ns": 2**70}  # beyond orjson's 64 bits: the stdlib encodes it
     assert json.loads(FastJSONResponse(huge).body) == huge
+
+
+def test_whole_lanes_answers_what_lanes_of_whole_does() -> None:
+    """The request API's columns-to-JSON path and the Node path the summaries and exports
+    share give the same bytes, on a random tree of many lanes, waits and outcomes."""
+    import random
+
+    rng = random.Random(7)
+    size = 3_000
+    parent = [-1 if i in (0, 1000, 2000) else rng.randrange(i) for i in range(size)]
+    waited = sorted(rng.sample(range(size), 300))
+    tree = tree_pb2.StoredTree(
+        functions=["(lane)", *(f"app:f{i}" for i in range(40))],
+        parent=parent,
+        function=[rng.randrange(41) for _ in range(size)],
+        start_delta_ns=[rng.randrange(100) for _ in range(size)],
+        duration_ns=[rng.randrange(10_000) for _ in range(size)],
+        self_ns=[rng.randrange(1_000) for _ in range(size)],
+        suspended_node=waited,
+        active_ns=[rng.randrange(100) for _ in waited],
+        await_ns=[rng.randrange(100) for _ in waited],
+        ready_ns=[rng.randrange(100) for _ in waited],
+        max_slice_ns=[rng.randrange(100) for _ in waited],
+        suspensions=[1 for _ in waited],
+        outcome_node=waited[:50],
+        outcome=bytes(rng.randrange(4) for _ in range(50)),
+        wait_node=[i for i in waited for _ in range(2)],
+        wait_start_ns=[rng.randrange(100) for _ in range(600)],
+        wait_ready_ns=[rng.randrange(-1, 50) for _ in range(600)],
+        wait_ns=[rng.randrange(100) for _ in range(600)],
+    )
+    for lane_id, root, parent_lane in (("0", 0, -1), ("1", 1000, 0), ("2", 2000, 1)):
+        tree.lanes.add(
+            id=lane_id, kind=1, name=f"lane {lane_id}", root=root, parent_lane=parent_lane
+        )
+    read = request_tree.read(tree)
+    expected = FastJSONResponse(views.lanes(read.whole())).body
+    assert FastJSONResponse(views.whole_lanes(read)).body == expected
+    assert expected.count(b'"waits"') == 300
 
 
 def test_lanes_that_recorded_nothing_are_not_shown() -> None:

@@ -103,8 +103,10 @@ def build_app(
         body = views.summary(row)
         body["events"] = row["events"]
         body["summarised"] = len(tree) > max_nodes
-        shown = summary.summarise(tree, max_nodes) if body["summarised"] else tree.whole()
-        body["lanes"] = views.lanes(shown)
+        if body["summarised"]:
+            body["lanes"] = views.lanes(summary.summarise(tree, max_nodes))
+        else:
+            body["lanes"] = views.whole_lanes(tree)
         body["functions"] = [
             {"function": r.pop("name"), **r}
             for r in queries.function_sources(engine, tree.functions)

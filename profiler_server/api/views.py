@@ -6,7 +6,14 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from operator import attrgetter
 
-from profiler_server.assembly.request_tree import Lane, Node, Wait
+from profiler_server.assembly.request_tree import (
+    MERGED_BY,
+    Lane,
+    LaneHead,
+    Node,
+    RequestTree,
+    Wait,
+)
 from profiler_server.storage.route_stats import RouteStats
 
 
@@ -62,6 +69,7 @@ def routes(stats: list[RouteStats], first_minute: int, last_minute: int) -> dict
 
 
 _NODE_FIELDS = tuple(f.name for f in fields(Node) if f.name not in ("children", "waits", "merged"))
+assert ("id", *MERGED_BY) == _NODE_FIELDS  # whole_lanes builds them from the columns
 _node_values = attrgetter(*_NODE_FIELDS)
 _WAIT_FIELDS = tuple(f.name for f in fields(Wait))
 _wait_values = attrgetter(*_WAIT_FIELDS)
@@ -97,14 +105,34 @@ def _node_dict(n: Node) -> dict:
 
 def lanes(shown: list[Lane]) -> list[dict]:
     """Each lane with its nodes nested under its root."""
-    return [
-        {
-            "id": lane.id,
-            "kind": lane.kind,
-            "name": lane.name,
-            "parent_lane": lane.parent_lane,
-            "parent_node": lane.parent_node,
-            "root": node(lane.root),
-        }
-        for lane in shown
-    ]
+    return [_lane(lane, node(lane.root)) for lane in shown]
+
+
+def whole_lanes(tree: RequestTree) -> list[dict]:
+    """`lanes(tree.whole())`, built from the columns without `Node` objects in between (half
+    the time for a 10,000-call request; tests compare the two)."""
+    columns = [tree.labelled(name, getattr(tree, name).tolist()) for name in MERGED_BY]
+    size = len(tree)
+    empty_lists = ([] for _ in range(size))
+    rows = zip(range(size), *columns, empty_lists, strict=True)
+    nodes = [dict(zip(_WHOLE_KEYS, row, strict=True)) for row in rows]
+    for i, waits in tree.waits.items():
+        nodes[i]["waits"] = [dict(zip(_WAIT_FIELDS, _wait_values(w), strict=True)) for w in waits]
+    for shown, parent in zip(nodes, tree.parent.tolist(), strict=True):
+        if parent >= 0:
+            nodes[parent]["children"].append(shown)
+    return [_lane(head, nodes[head.root]) for head in tree.lanes]
+
+
+_WHOLE_KEYS = (*_NODE_FIELDS, "children")
+
+
+def _lane(lane: Lane | LaneHead, root: dict) -> dict:
+    return {
+        "id": lane.id,
+        "kind": lane.kind,
+        "name": lane.name,
+        "parent_lane": lane.parent_lane,
+        "parent_node": lane.parent_node,
+        "root": root,
+    }
