@@ -85,3 +85,43 @@ def test_host_drop_reports_are_counted_with_bounded_reasons(server) -> None:
     assert all(len(r.encode()) <= 64 for r in by_reason)
     events = metric_value(server.http, "profiler_host_dropped_events_total", reason="event_cap")
     assert events == 7
+
+
+def test_replies_from_the_worker_thread_all_arrive_in_order() -> None:
+    """The worker posts acks from its own thread; the loop delivers every one, each
+    stream's in the order posted, waking once per burst rather than once per reply."""
+    import asyncio
+    import threading
+
+    from profiler_server.ingest.service import Mailbox
+
+    async def main() -> tuple[list[list[int]], int]:
+        loop = asyncio.get_running_loop()
+        mailbox = Mailbox(loop)
+        wakes = 0
+        deliver = mailbox._deliver
+
+        def counted() -> None:
+            nonlocal wakes
+            wakes += 1
+            deliver()
+
+        mailbox._deliver = counted  # type: ignore[method-assign]
+        outboxes: list[asyncio.Queue] = [asyncio.Queue() for _ in range(4)]
+
+        def worker() -> None:
+            for n in range(20_000):
+                mailbox.post(outboxes[n % 4], n)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        got: list[list[int]] = [[] for _ in outboxes]
+        for box, out in zip(outboxes, got, strict=True):
+            while len(out) < 5_000:
+                out.append(await box.get())
+        thread.join()
+        return got, wakes
+
+    got, wakes = asyncio.run(main())
+    assert got == [list(range(k, 20_000, 4)) for k in range(4)]
+    assert wakes < 20_000

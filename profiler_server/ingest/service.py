@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 
 import grpc
@@ -55,18 +55,46 @@ class _Abort:
         self.details = details
 
 
-class StreamHandle:
-    """Lets the worker thread answer on this stream (acks, end, abort) through the loop."""
+class Mailbox:
+    """Replies from the worker thread to the streams of one event loop: the worker posts
+    them here and the loop is woken once for all that wait (a group's acks to a thousand
+    streams are one wake-up, not a thousand `call_soon_threadsafe` writes to its pipe).
+
+    Lock-free: `post` appends before it reads `_scheduled`, and `_deliver` clears
+    `_scheduled` before it drains, so a reply is either drained by a delivery already
+    scheduled or schedules one of its own (at worst one wake-up too many)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._waiting: deque[tuple[asyncio.Queue, object]] = deque()
+        self._scheduled = False
+
+    def post(self, outbox: asyncio.Queue, message: object) -> None:
+        self._waiting.append((outbox, message))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        self._scheduled = False
+        waiting = self._waiting
+        while waiting:
+            outbox, message = waiting.popleft()
+            outbox.put_nowait(message)
+
+
+class StreamHandle:
+    """Lets the worker thread answer on this stream (acks, end, abort) through the loop."""
+
+    def __init__(self, mailbox: Mailbox) -> None:
+        self._mailbox = mailbox
         self.outbox: asyncio.Queue[ingest_pb2.ServerMessage | _Abort | None] = asyncio.Queue()
 
     def send(self, message: ingest_pb2.ServerMessage | None) -> None:
-        self._loop.call_soon_threadsafe(self.outbox.put_nowait, message)
+        self._mailbox.post(self.outbox, message)
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self._loop.call_soon_threadsafe(self.outbox.put_nowait, _Abort(code, details))
+        self._mailbox.post(self.outbox, _Abort(code, details))
 
 
 LISTENER = "grpc"
@@ -85,6 +113,14 @@ class IngestService:
         self.max_message_bytes = max_message_bytes
         self.tokens = tokens
         self.draining = asyncio.Event()
+        self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
+
+    def _mailbox(self) -> Mailbox:
+        loop = asyncio.get_running_loop()
+        found = self._mailboxes.get(loop)
+        if found is None:
+            found = self._mailboxes[loop] = Mailbox(loop)
+        return found
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
@@ -102,7 +138,7 @@ class IngestService:
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ingest_pb2.ServerMessage]:
         services = await self._authenticate(context)
-        handle = StreamHandle(asyncio.get_running_loop())
+        handle = StreamHandle(self._mailbox())
         self.health.open_streams.inc()
         reader = asyncio.create_task(self._read(requests, handle, services))
         try:
