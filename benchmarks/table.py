@@ -247,20 +247,23 @@ VERSION_ROWS = (AA_ROW, OFF_ROW, DEFAULT_ROW, CPROFILE_ROW, YAPPI_ROW)
 
 
 def versions_table(directory: Path, brief: bool = False) -> str:
-    """Markdown from the newest `host-app-versions` result: per sample app and setup, the
-    CPU ratio at full speed and at half rate on each supported CPython (each version's
-    ratio against the app uninstrumented on that version, in the same rounds), and the
-    command that produced it (`brief`: not, as in the README)."""
-    found = sorted(directory.glob("host-app-versions-2*.json"))
-    if not found:
+    """Markdown from the newest `host-app-versions` result of each sample app: per app and
+    setup, the CPU ratio at full speed and at half rate on each supported CPython (each
+    version's ratio against the app uninstrumented on that version, in the same rounds),
+    and the commands that produced them (`brief`: not, as in the README)."""
+    newest: dict[str, tuple[dict, dict]] = {}  # app -> (by version, the result holding it)
+    for path in sorted(directory.glob("host-app-versions-2*.json")):
+        result = json.loads(path.read_text())
+        for app, by_version in result["apps"].items():
+            newest[app] = (by_version, result)
+    if not newest:
         return "No host-app-versions result."
-    result = json.loads(found[-1].read_text())
-    versions = sorted({v for by_version in result["apps"].values() for v in by_version})
+    versions = sorted({v for by_version, _ in newest.values() for v in by_version})
     lines = [
         f"| app | setup | {' | '.join(f'CPU {v}: full / half rate' for v in versions)} |",
         f"| --- | --- |{' --- |' * len(versions)}",
     ]
-    for app, by_version in result["apps"].items():
+    for app, (by_version, _) in newest.items():
         for row in VERSION_ROWS:
             cells = []
             for version in versions:
@@ -268,7 +271,8 @@ def versions_table(directory: Path, brief: bool = False) -> str:
                 full, half = figure.get("cpu_ratio"), figure.get("cpu_ratio_at_latency_rate")
                 cells.append(" / ".join("-" if r is None else f"{r:.3f}" for r in (full, half)))
             lines.append(f"| {app} | {row.label} | {' | '.join(cells)} |")
-    return "\n".join(lines if brief else [*lines, "", f"    {command(result)}"])
+    commands = dict.fromkeys(f"    {command(result)}" for _, result in newest.values())
+    return "\n".join(lines if brief else [*lines, "", *commands])
 
 
 def run(directory: Path = results.RESULTS, brief: bool = False) -> str:

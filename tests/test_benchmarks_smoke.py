@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import call_instructions, host_app
+from benchmarks import call_instructions, host_app, table
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +140,28 @@ def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
     cells = [cell.strip() for cell in off.split("|")[3:-1]]
     assert len(cells) == 3 and all(re.fullmatch(r"\d\.\d{3} / -", c) for c in cells), off
     assert "./dev bench host-app-versions --apps fast-sync" in out
+
+
+def test_versions_table_takes_the_newest_run_of_each_app(tmp_path: Path) -> None:
+    """Apps are rerun on their own: each keeps its newest run's row, whichever file."""
+
+    def save(name: str, apps: dict[str, float]) -> None:
+        result = {
+            "apps": {
+                app: {v: {"setups": {host_app.OFF: {"cpu_ratio": ratio}}} for v in ("3.11", "3.12")}
+                for app, ratio in apps.items()
+            },
+            "command": ["benchmarks", "host-app-versions", "--apps", ",".join(apps)],
+        }
+        (tmp_path / f"host-app-versions-{name}.json").write_text(json.dumps(result))
+
+    save("20260101-000000", {"flask": 0.5, "starlette": 0.6})
+    save("20260102-000000", {"flask": 0.7})
+    out = table.versions_table(tmp_path)
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if "sampling off" in line}
+    assert "0.700 / -" in rows["flask"] and "0.500" not in rows["flask"]
+    assert "0.600 / -" in rows["starlette"]
+    assert "--apps flask,starlette" in out and "--apps flask\n" in out + "\n"
 
 
 @pytest.mark.parametrize("mode", call_instructions.MODES)
