@@ -46,6 +46,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +164,26 @@ def _collector_instructions(out: Path, pid: int) -> int:
     )
 
 
+_FUNCTION = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+(\S.*?)(?: \[.*\])?$")
+
+
+def _by_function(out: Path, pid: int) -> Counter:
+    """Instructions of process `pid` per function, its own (file:function, directories
+    dropped)."""
+    annotated = subprocess.run(
+        ["callgrind_annotate", "--auto=no", "--threshold=100", str(out / f"cg.{pid}")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    counts: Counter = Counter()
+    for match in map(_FUNCTION.match, annotated.splitlines()):
+        if match and ":" in match.group(2):
+            counts[match.group(2).rsplit("/", 1)[-1]] += int(match.group(1).replace(",", ""))
+    return counts
+
+
 def _recorded_at_warmup(app: App, setup: Setup, warmup: int) -> int:
     """Requests the setup records up to the end of its warm-up, ready check included: all
     of them (`all`), or the first of each route (`unsampled`: a route never seen before is
@@ -228,7 +249,7 @@ def life(
         "recorded_after_warmup": recorded,
     }
     print(f"  {setup.name}, {plan.name}: {figure}")
-    return figure
+    return {**figure, "functions": _by_function(out, process.worker)}
 
 
 def _full_speed_rate(app: App, profiler: ServerProcess, tmp: Path, shop: Path | None) -> float:
@@ -276,6 +297,33 @@ def _per_request(lives: dict, setup: Setup, requests: int, idle: float) -> dict:
     }
 
 
+BY_FUNCTION_TOP = 15  # functions listed per setup
+
+
+def _where_it_goes(
+    functions: dict[tuple[str, str], Counter], setups: list[Setup], requests: int
+) -> dict[str, list[tuple[str, float]]]:
+    """Per setup but none, the functions whose own instructions per request differ most
+    from none's: each life's long minus short, as the totals are (timers' share not taken
+    off: it is spread over the interpreter's functions)."""
+
+    def per_request(key: str) -> Counter:
+        served = Counter(functions[key, "long"])
+        served.subtract(functions[key, "short"])
+        return served
+
+    none = per_request("none")
+    out = {}
+    for setup in setups:
+        if setup.key == "none":
+            continue
+        more = per_request(setup.key)
+        more.subtract(none)
+        top = sorted(more.items(), key=lambda item: -abs(item[1]))[:BY_FUNCTION_TOP]
+        out[setup.name] = [(name, round(n / requests, 1)) for name, n in top]
+    return out
+
+
 def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = IDLE) -> dict:
     app = host_app.APPS[app_key]
     started_load = os.getloadavg()
@@ -303,6 +351,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
                     for number, (setup, one) in enumerate(plan)
                 }
                 lives = {key: future.result() for key, future in futures.items()}
+    functions = {key: one.pop("functions") for key, one in lives.items()}
     figures = {setup.name: _per_request(lives, setup, requests, idle) for setup in setups}
     if composes:
         figures[DEFAULT_COMPOSED] = {
@@ -350,6 +399,10 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
         "load_average_at_start": started_load,
         "setups": figures,
     }
+    data["by_function"] = _where_it_goes(functions, setups, requests)
+    for setup, top in data["by_function"].items():
+        print(f"\n{setup}: instructions per request more than none, by function (own, top)")
+        print(results.table(("function", "per request"), [(f, f"{n:+,.0f}") for f, n in top]))
     path = results.save(f"host-instructions-{app.key}", data)
     print(f"results: {path}")
     return data

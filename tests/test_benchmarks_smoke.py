@@ -120,6 +120,9 @@ def test_host_instructions_counts_each_setup(overhead_results: Path) -> None:
         assert figure["per_request"] > 0
         assert figure["recorded_per_request"] == 0.0
         assert set(figure["lives"]) == {"short", "long", "idle"}
+    # where the host's instructions go, by function, against none
+    top = result["by_function"][host_app.OFF]
+    assert top and all(":" in name and isinstance(n, float) for name, n in top)
 
 
 def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
