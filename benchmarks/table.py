@@ -55,20 +55,25 @@ ROWS = (
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def newest(directory: Path, benchmark: str, app: str) -> dict | None:
-    """The newest result file of `benchmark` for `app` measured on this interpreter's
-    version (names end in a sortable time; `host-app-versions` leaves the other versions'
-    runs beside them)."""
+def newest(directory: Path, benchmark: str, app: str, version: str = THIS_PYTHON) -> dict | None:
+    """The newest result file of `benchmark` for `app` measured on CPython `version` (this
+    interpreter's by default; names end in a sortable time; `host-app-versions` leaves the
+    other versions' runs beside them)."""
     for path in sorted(directory.glob(f"{benchmark}-{app}-2*.json"), reverse=True):
         result = json.loads(path.read_text())
-        if result["machine"]["python"].startswith(f"{THIS_PYTHON}."):
+        if result["machine"]["python"].startswith(f"{version}."):
             return result
     return None
 
 
 def command(result: dict) -> str:
-    """How the result was produced, as `./dev bench` takes it."""
-    return "./dev bench " + " ".join(result["command"][1:])
+    """How the result was produced: as `./dev bench` takes it, or for a run on another
+    CPython than `.venv`'s, with the Python of that version's venv."""
+    args = " ".join(result["command"][1:])
+    version = ".".join(result.get("machine", {}).get("python", THIS_PYTHON).split(".")[:2])
+    if version == THIS_PYTHON:
+        return f"./dev bench {args}"
+    return f".venv{version.replace('.', '')}/bin/python -m benchmarks {args}"
 
 
 def _interval(figure: dict) -> str:
@@ -250,28 +255,38 @@ def versions_table(directory: Path, brief: bool = False) -> str:
     """Markdown from the newest `host-app-versions` result of each sample app: per app and
     setup, the CPU ratio at full speed and at half rate on each supported CPython (each
     version's ratio against the app uninstrumented on that version, in the same rounds),
-    and the commands that produced them (`brief`: not, as in the README)."""
-    newest: dict[str, tuple[dict, dict]] = {}  # app -> (by version, the result holding it)
+    beside the instruction ratio of the app's newest `host-instructions` run on that
+    version, and the commands that produced them (`brief`: not, as in the README)."""
+    runs: dict[str, tuple[dict, dict]] = {}  # app -> (by version, the result holding it)
     for path in sorted(directory.glob("host-app-versions-2*.json")):
         result = json.loads(path.read_text())
         for app, by_version in result["apps"].items():
-            newest[app] = (by_version, result)
-    if not newest:
+            runs[app] = (by_version, result)
+    if not runs:
         return "No host-app-versions result."
-    versions = sorted({v for by_version, _ in newest.values() for v in by_version})
+    versions = sorted({v for by_version, _ in runs.values() for v in by_version})
+    counted = {  # the newest instruction count of each app on each version, if any
+        (app, v): newest(directory, "host-instructions", app, v) for app in runs for v in versions
+    }
     lines = [
-        f"| app | setup | {' | '.join(f'CPU {v}: full / half rate' for v in versions)} |",
-        f"| --- | --- |{' --- |' * len(versions)}",
+        f"| app | setup | {' | '.join(f'CPU {v}: full / half rate' for v in versions)} "
+        f"| {' | '.join(f'instructions {v}' for v in versions)} |",
+        f"| --- | --- |{' --- |' * 2 * len(versions)}",
     ]
-    for app, (by_version, _) in newest.items():
+    for app, (by_version, _) in runs.items():
         for row in VERSION_ROWS:
             cells = []
             for version in versions:
                 figure = by_version.get(version, {}).get("setups", {}).get(row.cpu, {})
                 full, half = figure.get("cpu_ratio"), figure.get("cpu_ratio_at_latency_rate")
                 cells.append(" / ".join("-" if r is None else f"{r:.3f}" for r in (full, half)))
+            for version in versions:
+                count = counted[app, version]
+                ratio = count and count["setups"].get(row.instructions, {}).get("ratio")
+                cells.append("-" if ratio is None else f"{ratio:.4f}")
             lines.append(f"| {app} | {row.label} | {' | '.join(cells)} |")
-    commands = dict.fromkeys(f"    {command(result)}" for _, result in newest.values())
+    used = [result for _, result in runs.values()] + [c for c in counted.values() if c]
+    commands = dict.fromkeys(f"    {command(result)}" for result in used)
     return "\n".join(lines if brief else [*lines, "", *commands])
 
 

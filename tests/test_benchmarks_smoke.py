@@ -141,7 +141,11 @@ def test_table_sets_cpu_beside_instructions(overhead_results: Path) -> None:
     assert "CPU 3.12: full / half rate" in header and "CPU 3.13" in header
     off = next(line for line in brief.splitlines() if line.startswith("| fast-sync | sampling off"))
     cells = [cell.strip() for cell in off.split("|")[3:-1]]
-    assert len(cells) == 3 and all(re.fullmatch(r"\d\.\d{3} / -", c) for c in cells), off
+    assert len(cells) == 6 and all(re.fullmatch(r"\d\.\d{3} / -", c) for c in cells[:3]), off
+    # instructions: counted on this interpreter only, here
+    this = ["3.11", "3.12", "3.13"].index(f"{sys.version_info.major}.{sys.version_info.minor}")
+    assert re.fullmatch(r"\d\.\d{4}", cells[3 + this]), off
+    assert [c for n, c in enumerate(cells[3:]) if n != this] == ["-", "-"], off
     assert "./dev bench host-app-versions --apps fast-sync" in out
 
 
@@ -160,11 +164,22 @@ def test_versions_table_takes_the_newest_run_of_each_app(tmp_path: Path) -> None
 
     save("20260101-000000", {"flask": 0.5, "starlette": 0.6})
     save("20260102-000000", {"flask": 0.7})
+    # an instruction count made with another version's venv, its command says so
+    other = "3.12" if table.THIS_PYTHON != "3.12" else "3.11"
+    counted = {
+        "machine": {"python": f"{other}.1"},
+        "setups": {host_app.OFF: {"ratio": 0.98}},
+        "command": ["benchmarks", "host-instructions", "--app", "flask"],
+    }
+    (tmp_path / "host-instructions-flask-20260103-000000.json").write_text(json.dumps(counted))
     out = table.versions_table(tmp_path)
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if "sampling off" in line}
     assert "0.700 / -" in rows["flask"] and "0.500" not in rows["flask"]
     assert "0.600 / -" in rows["starlette"]
+    assert "| 0.9800 |" in rows["flask"] and "0.9800" not in rows["starlette"]
     assert "--apps flask,starlette" in out and "--apps flask\n" in out + "\n"
+    venv = f".venv{other.replace('.', '')}/bin/python -m benchmarks host-instructions --app flask"
+    assert venv in out
 
 
 @pytest.mark.parametrize("mode", call_instructions.MODES)
