@@ -150,18 +150,22 @@ def _collector_instructions(out: Path, pid: int) -> int:
     """What the cyclic garbage collector cost process `pid`, all it ran included (the
     inclusive cost of CPython's gc_collect_main, whose inlined parts callgrind lists
     under their own source files)."""
-    annotated = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out / f"cg.{pid}")],
+    return sum(
+        int(match.group(1).replace(",", ""))
+        for match in map(_COLLECTOR.match, _annotated(out, pid, "--inclusive=yes"))
+        if match
+    )
+
+
+def _annotated(out: Path, pid: int, option: str) -> list[str]:
+    """callgrind_annotate's lines for process `pid`, every function listed."""
+    return subprocess.run(
+        ["callgrind_annotate", option, "--threshold=100", str(out / f"cg.{pid}")],
         capture_output=True,
         text=True,
         check=True,
         timeout=600,
-    ).stdout
-    return sum(
-        int(match.group(1).replace(",", ""))
-        for match in map(_COLLECTOR.match, annotated.splitlines())
-        if match
-    )
+    ).stdout.splitlines()
 
 
 _FUNCTION = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+(\S.*?)(?: \[.*\])?$")
@@ -170,15 +174,8 @@ _FUNCTION = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+(\S.*?)(?: \[.*\])?$")
 def _by_function(out: Path, pid: int) -> Counter:
     """Instructions of process `pid` per function, its own (file:function, directories
     dropped)."""
-    annotated = subprocess.run(
-        ["callgrind_annotate", "--auto=no", "--threshold=100", str(out / f"cg.{pid}")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout
     counts: Counter = Counter()
-    for match in map(_FUNCTION.match, annotated.splitlines()):
+    for match in map(_FUNCTION.match, _annotated(out, pid, "--auto=no")):
         if match and ":" in match.group(2):
             counts[match.group(2).rsplit("/", 1)[-1]] += int(match.group(1).replace(",", ""))
     return counts
