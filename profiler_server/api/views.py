@@ -71,6 +71,7 @@ def routes(stats: list[RouteStats], first_minute: int, last_minute: int) -> dict
 _NODE_FIELDS = tuple(f.name for f in fields(Node) if f.name not in ("children", "waits", "merged"))
 assert ("id", *MERGED_BY) == _NODE_FIELDS  # whole_lanes builds them from the columns
 _node_values = attrgetter(*_NODE_FIELDS)
+_WHOLE_KEYS = (*_NODE_FIELDS, "children")
 _WAIT_FIELDS = tuple(f.name for f in fields(Wait))
 _wait_values = attrgetter(*_WAIT_FIELDS)
 
@@ -95,12 +96,16 @@ def _node_dict(n: Node) -> dict:
     out = dict(zip(_NODE_FIELDS, _node_values(n), strict=True))
     out["children"] = []
     if n.waits is not None:
-        out["waits"] = [dict(zip(_WAIT_FIELDS, _wait_values(w), strict=True)) for w in n.waits]
+        out["waits"] = _waits(n.waits)
     if n.merged is not None:
         out["calls"] = n.merged.calls
         out["wall_ns"] = n.merged.wall_ns
         out["hidden"] = n.merged.hidden
     return out
+
+
+def _waits(waits: list[Wait]) -> list[dict]:
+    return [dict(zip(_WAIT_FIELDS, _wait_values(w), strict=True)) for w in waits]
 
 
 def lanes(shown: list[Lane]) -> list[dict]:
@@ -117,14 +122,11 @@ def whole_lanes(tree: RequestTree) -> list[dict]:
     rows = zip(range(size), *columns, empty_lists, strict=True)
     nodes = [dict(zip(_WHOLE_KEYS, row, strict=True)) for row in rows]
     for i, waits in tree.waits.items():
-        nodes[i]["waits"] = [dict(zip(_WAIT_FIELDS, _wait_values(w), strict=True)) for w in waits]
+        nodes[i]["waits"] = _waits(waits)
     for shown, parent in zip(nodes, tree.parent.tolist(), strict=True):
         if parent >= 0:
             nodes[parent]["children"].append(shown)
     return [_lane(head, nodes[head.root]) for head in tree.lanes]
-
-
-_WHOLE_KEYS = (*_NODE_FIELDS, "children")
 
 
 def _lane(lane: Lane | LaneHead, root: dict) -> dict:

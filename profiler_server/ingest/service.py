@@ -113,14 +113,8 @@ class IngestService:
         self.max_message_bytes = max_message_bytes
         self.tokens = tokens
         self.draining = asyncio.Event()
-        self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
-
-    def _mailbox(self) -> Mailbox:
-        loop = asyncio.get_running_loop()
-        found = self._mailboxes.get(loop)
-        if found is None:
-            found = self._mailboxes[loop] = Mailbox(loop)
-        return found
+        # made in the server's loop (`app.ProfilingServer.start`), where all its streams run
+        self._mailbox = Mailbox(asyncio.get_running_loop())
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
@@ -138,7 +132,7 @@ class IngestService:
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[ingest_pb2.ServerMessage]:
         services = await self._authenticate(context)
-        handle = StreamHandle(self._mailbox())
+        handle = StreamHandle(self._mailbox)
         self.health.open_streams.inc()
         reader = asyncio.create_task(self._read(requests, handle, services))
         try:
