@@ -160,8 +160,8 @@ def _pieces(profiler: Any) -> dict[str, Callable[[int], None]]:
         "wsgi_host_after": wsgi_loop(host_wsgi),
         "asgi_bare": asgi_loop(_asgi_app),
         "asgi_layer": asgi_loop(_AsgiLayer(_asgi_app)),
-        "asgi_host": asgi_loop(host_asgi),
-        "asgi_host_after": asgi_loop(host_asgi),
+        "asgi_host": asgi_loop(host_asgi.dispatch),  # what the servers the host wraps call
+        "asgi_host_after": asgi_loop(host_asgi.dispatch),
         "decide": decide,
         "task": task(False),
         "task_patched": task(True),

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_compat.h"
+
 #define CLASSES 6 /* status classes: 0 (none or out of range), 1xx .. 5xx */
 
 typedef struct {
@@ -520,11 +522,16 @@ counted_end(Counted *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *counted_run(Counted *self, PyObject *const *args, Py_ssize_t nargs);
+
 static PyMethodDef counted_methods[] = {
     {"fail", (PyCFunction)counted_fail, METH_NOARGS,
      "fail(): the app raised (500 unless a response started)"},
     {"end", (PyCFunction)(void (*)(void))counted_end, METH_FASTCALL,
      "end(route=None): the request ended; counts it once"},
+    {"run", (PyCFunction)(void (*)(void))counted_run, METH_FASTCALL,
+     "run(app, scope, receive, route_of) -> Awaiting: the ASGI request, counted when the "
+     "app's awaitable ends"},
     {NULL},
 };
 
@@ -540,6 +547,364 @@ static PyTypeObject CountedType = {
     .tp_vectorcall_offset = offsetof(Counted, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_methods = counted_methods,
+};
+
+/* --- Awaiting: an ASGI request that is not sampled, as its server awaits it --------------
+ *
+ * `counted.run(app, scope, receive, route_of)` is what the ASGI middleware returns for a
+ * request that is not sampled: an awaitable with no Python frame, which calls
+ * `app(scope, receive, counted)` when it is first stepped and passes every step through to
+ * the app's awaitable (send, throw, close). When the app's awaitable ends it adds the
+ * request to the table, with the route `route_of(scope)` reads then: on a return, as it
+ * stands; on an exception (a cancellation, a close), as failed. A Python coroutine around
+ * the app costs a frame, a coroutine object and a resume per step; this costs one object.
+ * Twin of `request_counts.Counted.run` (an `async def`): it behaves as that coroutine
+ * does, and tests compare the two. */
+
+typedef struct {
+    PyObject_HEAD
+    Counted *counted;
+    PyObject *app;      /* until started */
+    PyObject *scope;
+    PyObject *receive;  /* until started */
+    PyObject *route_of;
+    PyObject *inner;    /* the app's awaitable's iterator, once started */
+    int state;          /* NOT_STARTED, RUNNING or DONE */
+    int executing;      /* a step is in progress (re-entering it is an error, as for a coroutine) */
+} Awaiting;
+
+enum { NOT_STARTED, RUNNING, DONE };
+
+static PyTypeObject AwaitingType;
+static PyObject *THROW_NAME, *CLOSE_NAME;
+
+static int
+awaiting_traverse(Awaiting *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->counted);
+    Py_VISIT(self->app);
+    Py_VISIT(self->scope);
+    Py_VISIT(self->receive);
+    Py_VISIT(self->route_of);
+    Py_VISIT(self->inner);
+    return 0;
+}
+
+static int
+awaiting_clear(Awaiting *self)
+{
+    Py_CLEAR(self->counted);
+    Py_CLEAR(self->app);
+    Py_CLEAR(self->scope);
+    Py_CLEAR(self->receive);
+    Py_CLEAR(self->route_of);
+    Py_CLEAR(self->inner);
+    return 0;
+}
+
+/* counted.run(app, scope, receive, route_of) -> Awaiting */
+static PyObject *
+counted_run(Counted *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Awaiting *awaiting;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run(app, scope, receive, route_of)");
+        return NULL;
+    }
+    awaiting = PyObject_GC_New(Awaiting, &AwaitingType);
+    if (awaiting == NULL)
+        return NULL;
+    awaiting->counted = (Counted *)Py_NewRef(self);
+    awaiting->app = Py_NewRef(args[0]);
+    awaiting->scope = Py_NewRef(args[1]);
+    awaiting->receive = Py_NewRef(args[2]);
+    awaiting->route_of = Py_NewRef(args[3]);
+    awaiting->inner = NULL;
+    awaiting->state = NOT_STARTED;
+    awaiting->executing = 0;
+    PyObject_GC_Track(awaiting);
+    return (PyObject *)awaiting;
+}
+
+/* The app's awaitable ended (failed: with an exception, which stays set): the request is
+ * counted under the route read now. Nothing here raises: the app's outcome stands. */
+static void
+awaiting_finish(Awaiting *self, int failed)
+{
+    PyObject *exc = PyErr_GetRaisedException(), *route;
+    self->state = DONE;
+    if (failed)
+        self->counted->failed = 1;
+    route = PyObject_CallOneArg(self->route_of, self->scope);
+    if (route == NULL)
+        PyErr_Clear();
+    Py_XDECREF(counted_end(self->counted, route != NULL ? &route : NULL, route != NULL));
+    Py_XDECREF(route);
+    PyErr_Clear();
+    Py_CLEAR(self->app);
+    Py_CLEAR(self->receive);
+    Py_CLEAR(self->inner);
+    PyErr_SetRaisedException(exc);
+}
+
+/* Calls the app and takes its awaitable's iterator (as `await` does). */
+static int
+awaiting_start(Awaiting *self)
+{
+    PyObject *call[3] = {self->scope, self->receive, (PyObject *)self->counted};
+    PyObject *awaitable = PyObject_Vectorcall(self->app, call, 3, NULL), *iterator;
+    unaryfunc getter;
+    self->state = RUNNING;
+    Py_CLEAR(self->app);
+    Py_CLEAR(self->receive);
+    if (awaitable == NULL)
+        return -1;
+    if (PyCoro_CheckExact(awaitable)) {
+        self->inner = awaitable;
+        return 0;
+    }
+    getter = Py_TYPE(awaitable)->tp_as_async != NULL ? Py_TYPE(awaitable)->tp_as_async->am_await
+                                                      : NULL;
+    if (getter == NULL) {
+        PyErr_Format(PyExc_TypeError, "object %.100s can't be used in 'await' expression",
+                     Py_TYPE(awaitable)->tp_name);
+        Py_DECREF(awaitable);
+        return -1;
+    }
+    iterator = getter(awaitable);
+    Py_DECREF(awaitable);
+    if (iterator == NULL)
+        return -1;
+    if (!PyIter_Check(iterator)) {
+        PyErr_Format(PyExc_TypeError, "__await__() returned non-iterator of type '%.100s'",
+                     Py_TYPE(iterator)->tp_name);
+        Py_DECREF(iterator);
+        return -1;
+    }
+    self->inner = iterator;
+    return 0;
+}
+
+static int
+awaiting_usable(Awaiting *self)
+{
+    if (self->executing) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return 0;
+    }
+    if (self->state == DONE) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return 0;
+    }
+    return 1;
+}
+
+static PySendResult
+awaiting_send(Awaiting *self, PyObject *arg, PyObject **result)
+{
+    PySendResult status;
+    *result = NULL;
+    if (!awaiting_usable(self))
+        return PYGEN_ERROR;
+    self->executing = 1;
+    if (self->state == NOT_STARTED) {
+        if (arg != Py_None) {
+            self->executing = 0;
+            PyErr_SetString(PyExc_TypeError,
+                            "can't send non-None value to a just-started coroutine");
+            return PYGEN_ERROR;
+        }
+        if (awaiting_start(self) < 0) {
+            self->executing = 0;
+            awaiting_finish(self, 1);
+            return PYGEN_ERROR;
+        }
+    }
+    status = PyIter_Send(self->inner, arg, result);
+    self->executing = 0;
+    if (status != PYGEN_NEXT)
+        awaiting_finish(self, status == PYGEN_ERROR);
+    return status;
+}
+
+/* StopIteration(value) as the raised exception */
+static void
+stop_with(PyObject *value)
+{
+    PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, value);
+    if (stop != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, stop);
+        Py_DECREF(stop);
+    }
+}
+
+static PyObject *
+awaiting_iternext(Awaiting *self)
+{
+    PyObject *result;
+    PySendResult status = awaiting_send(self, Py_None, &result);
+    if (status != PYGEN_RETURN)
+        return result;
+    if (result != Py_None)
+        stop_with(result);
+    Py_DECREF(result);
+    return NULL; /* with no exception set: StopIteration(None) */
+}
+
+static PyObject *
+awaiting_send_method(Awaiting *self, PyObject *arg)
+{
+    PyObject *result;
+    PySendResult status = awaiting_send(self, arg, &result);
+    if (status != PYGEN_RETURN)
+        return result;
+    if (result == Py_None)
+        PyErr_SetNone(PyExc_StopIteration);
+    else
+        stop_with(result);
+    Py_DECREF(result);
+    return NULL;
+}
+
+/* throw(value) or throw(type[, value[, traceback]]) as raised by `raise` in a frame that
+ * has not started: the exception set. */
+static void
+raise_thrown(PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *typ = args[0], *value = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ))
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    else if (PyExceptionClass_Check(typ))
+        PyErr_SetObject(typ, value);
+    else
+        PyErr_SetString(PyExc_TypeError,
+                        "exceptions must be classes or instances deriving from BaseException");
+}
+
+static PyObject *
+awaiting_throw(Awaiting *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *throw, *result;
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    if (!awaiting_usable(self))
+        return NULL;
+    if (self->state == NOT_STARTED) { /* the exception ends it before the app is called */
+        self->state = DONE;
+        Py_CLEAR(self->app);
+        Py_CLEAR(self->receive);
+        raise_thrown(args, nargs);
+        return NULL;
+    }
+    self->executing = 1;
+    throw = PyObject_GetAttr(self->inner, THROW_NAME);
+    if (throw == NULL) {
+        PyErr_Clear();
+        raise_thrown(args, nargs);
+        self->executing = 0;
+        awaiting_finish(self, 1);
+        return NULL;
+    }
+    result = PyObject_Vectorcall(throw, args, nargs, NULL);
+    Py_DECREF(throw);
+    self->executing = 0;
+    if (result == NULL)
+        awaiting_finish(self, !PyErr_ExceptionMatches(PyExc_StopIteration));
+    return result;
+}
+
+static PyObject *
+awaiting_close(Awaiting *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *close, *result;
+    if (self->executing) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return NULL;
+    }
+    if (self->state != RUNNING) {
+        self->state = DONE;
+        Py_CLEAR(self->app);
+        Py_CLEAR(self->receive);
+        Py_RETURN_NONE;
+    }
+    self->executing = 1;
+    close = PyObject_GetAttr(self->inner, CLOSE_NAME);
+    if (close == NULL) {
+        PyErr_Clear();
+        result = Py_NewRef(Py_None);
+    }
+    else {
+        result = PyObject_CallNoArgs(close);
+        Py_DECREF(close);
+    }
+    self->executing = 0;
+    awaiting_finish(self, 1); /* closed: GeneratorExit went through the request */
+    if (result == NULL)
+        return NULL;
+    Py_DECREF(result);
+    Py_RETURN_NONE;
+}
+
+/* Dropped while the app's awaitable was suspended: closed, as a coroutine would be. */
+static void
+awaiting_finalize(Awaiting *self)
+{
+    PyObject *exc, *result;
+    if (self->state != RUNNING || self->executing)
+        return;
+    exc = PyErr_GetRaisedException();
+    result = awaiting_close(self, NULL);
+    if (result == NULL)
+        PyErr_WriteUnraisable((PyObject *)self);
+    Py_XDECREF(result);
+    PyErr_SetRaisedException(exc);
+}
+
+static void
+awaiting_dealloc(Awaiting *self)
+{
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+        return; /* resurrected */
+    PyObject_GC_UnTrack(self);
+    awaiting_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+awaiting_await(Awaiting *self)
+{
+    return Py_NewRef(self);
+}
+
+static PyMethodDef awaiting_methods[] = {
+    {"send", (PyCFunction)awaiting_send_method, METH_O, "send(value): one step of the app"},
+    {"throw", (PyCFunction)(void (*)(void))awaiting_throw, METH_FASTCALL,
+     "throw(exception): raised in the app where it waits"},
+    {"close", (PyCFunction)awaiting_close, METH_NOARGS, "close(): the app is closed"},
+    {NULL},
+};
+
+static PyAsyncMethods awaiting_async = {
+    .am_await = (unaryfunc)awaiting_await,
+    .am_send = (sendfunc)awaiting_send,
+};
+
+static PyTypeObject AwaitingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._counts.Awaiting",
+    .tp_basicsize = sizeof(Awaiting),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "An ASGI request that is not sampled, as its server awaits it (Counted.run).",
+    .tp_dealloc = (destructor)awaiting_dealloc,
+    .tp_traverse = (traverseproc)awaiting_traverse,
+    .tp_clear = (inquiry)awaiting_clear,
+    .tp_finalize = (destructor)awaiting_finalize,
+    .tp_as_async = &awaiting_async,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)awaiting_iternext,
+    .tp_methods = awaiting_methods,
 };
 
 static PyObject *
@@ -693,7 +1058,8 @@ PyMODINIT_FUNC
 PyInit__counts(void)
 {
     PyObject *module;
-    if (PyType_Ready(&CountTableType) < 0 || PyType_Ready(&CountedType) < 0)
+    if (PyType_Ready(&CountTableType) < 0 || PyType_Ready(&CountedType) < 0 ||
+        PyType_Ready(&AwaitingType) < 0)
         return NULL;
     HTTP_RESPONSE_START = PyUnicode_InternFromString("http.response.start");
     WEBSOCKET_ACCEPT = PyUnicode_InternFromString("websocket.accept");
@@ -702,14 +1068,17 @@ PyInit__counts(void)
     ZERO = PyLong_FromLong(0);
     SWITCHING = PyLong_FromLong(101);
     INTERNAL_ERROR = PyLong_FromLong(500);
-    if (!HTTP_RESPONSE_START || !WEBSOCKET_ACCEPT || !TYPE_KEY || !STATUS_KEY || !ZERO ||
+    THROW_NAME = PyUnicode_InternFromString("throw");
+    CLOSE_NAME = PyUnicode_InternFromString("close");
+    if (!THROW_NAME || !CLOSE_NAME || !HTTP_RESPONSE_START || !WEBSOCKET_ACCEPT || !TYPE_KEY || !STATUS_KEY || !ZERO ||
         !SWITCHING || !INTERNAL_ERROR)
         return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "CountTable", (PyObject *)&CountTableType) < 0 ||
-        PyModule_AddObjectRef(module, "Counted", (PyObject *)&CountedType) < 0) {
+        PyModule_AddObjectRef(module, "Counted", (PyObject *)&CountedType) < 0 ||
+        PyModule_AddObjectRef(module, "Awaiting", (PyObject *)&AwaitingType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

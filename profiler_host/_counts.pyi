@@ -1,8 +1,19 @@
 """Types of `profiler_host._counts` (`_counts.c`): every request's count in C, twin of
 `request_counts.CountTable`."""
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any, final
+
+@final
+class Awaiting:
+    """An ASGI request that is not sampled, as its server awaits it (`Counted.run`)."""
+
+    def __await__(self) -> Generator[Any, Any, Any]: ...
+    def __iter__(self) -> Awaiting: ...
+    def __next__(self) -> Any: ...
+    def send(self, value: Any, /) -> Any: ...
+    def throw(self, exception: Any, /, *args: Any) -> Any: ...
+    def close(self) -> None: ...
 
 @final
 class Counted:
@@ -11,6 +22,14 @@ class Counted:
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def fail(self) -> None: ...
     def end(self, route: str | None = None, /) -> None: ...
+    def run(
+        self,
+        app: Callable[[Any, Any, Any], Awaitable[Any]],
+        scope: Mapping[str, Any],
+        receive: Any,
+        route_of: Callable[[Mapping[str, Any]], str | None],
+        /,
+    ) -> Awaiting: ...
 
 @final
 class CountTable:

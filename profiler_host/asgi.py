@@ -22,34 +22,39 @@ _REQUESTS = frozenset(("http", "websocket"))
 
 
 class ProfilerMiddleware:
+    """Wrap an ASGI 3 app: `ProfilerMiddleware(app)`.
+
+    Its work is `dispatch`, a plain function that returns what the server awaits: the app's
+    own awaitable where there is nothing to do, a C awaitable (`Counted.run`) for a request
+    that is not sampled, and a coroutine only for a recorded one. `__call__` is a coroutine
+    function around it for the servers that tell an ASGI 3 app by that (hypercorn asks
+    `inspect`, which on 3.11 cannot be told a plain function is one); the servers the host
+    wraps itself, after they have told the app's interface, call `dispatch` (see
+    `integrations`) and pay no Python frame for a request that is not sampled."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.dispatch(scope, receive, send)
+
+    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         profiler = runtime.STARTED
         kind = scope.get("type")
         if profiler is None or kind not in _REQUESTS:
-            await self.app(scope, receive, send)
-            return
-        # a request that is not sampled pays this frame, the sampler's C call, its `counted`
-        # (C: in place of send it keeps the status) and the route; headers are read only
-        # where a secret can force a request
+            return self.app(scope, receive, send)
+        # a request that is not sampled pays this call, the sampler's C call and its
+        # `counted` (C: in place of send it keeps the status; its awaitable counts the
+        # request when the app's ends); headers are read only where a secret can force a
+        # request
         path = scope.get("path") or "/"
         forced = profiler.force_secret is not None and profiler.forced(_header(scope, FORCE_HEADER))
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
         if forced or profiler.decide(path):
             request = profiler.open(path, method, forced)
             if request is not None:
-                await _recorded(profiler, request, self.app, scope, receive, send)
-                return
-        counted = profiler.counts.counted(send, path, method)
-        try:
-            await self.app(scope, receive, counted)
-        except BaseException:
-            counted.fail()
-            raise
-        finally:
-            counted.end(asgi_route(scope))
+                return _recorded(profiler, request, self.app, scope, receive, send)
+        return profiler.counts.counted(send, path, method).run(self.app, scope, receive, asgi_route)
 
 
 async def _recorded(

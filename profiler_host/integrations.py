@@ -38,9 +38,10 @@ def _patch_uvicorn(config: ModuleType) -> None:
     def load(self: Any) -> None:
         from profiler_host.asgi import ProfilerMiddleware
 
-        original(self)
-        if not isinstance(self.loaded_app, ProfilerMiddleware):
-            self.loaded_app = ProfilerMiddleware(self.loaded_app)
+        original(self)  # tells the app's interface first: what it is given next is ASGI 3
+        app = self.loaded_app
+        if not isinstance(getattr(app, "__self__", app), ProfilerMiddleware):
+            self.loaded_app = ProfilerMiddleware(app).dispatch
 
     config.Config.load = load
 

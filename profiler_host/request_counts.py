@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any, Protocol
 
@@ -67,6 +67,14 @@ class CountedRequest(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def fail(self) -> None: ...
     def end(self, route: str | None = None, /) -> None: ...
+    def run(
+        self,
+        app: Callable[[Any, Any, Any], Awaitable[Any]],
+        scope: Mapping[str, Any],
+        receive: Any,
+        route_of: Callable[[Mapping[str, Any]], str | None],
+        /,
+    ) -> Awaitable[Any]: ...
 
 
 class CountTable:
@@ -212,6 +220,28 @@ class Counted:
         if route is None:
             route = self._path if self._route is None else self._route
         self._table.add(route, self._method, status, duration_ns)  # type: ignore[arg-type]
+
+    async def run(
+        self,
+        app: Callable[[Any, Any, Any], Awaitable[Any]],
+        scope: Mapping[str, Any],
+        receive: Any,
+        route_of: Callable[[Mapping[str, Any]], str | None],
+        /,
+    ) -> Any:
+        """An ASGI request as its server awaits it: `app(scope, receive, self)`, counted
+        when it ends under the route `route_of` reads then (a failure, a cancellation or a
+        close count as failed)."""
+        try:
+            return await app(scope, receive, self)
+        except BaseException:
+            self.fail()
+            raise
+        finally:
+            route = None
+            with suppress(Exception):  # the app's outcome stands whatever happens here
+                route = route_of(scope)
+            self.end(route)
 
 
 def status_of(line: str) -> int:

@@ -278,3 +278,166 @@ def test_a_counted_asgi_request_passes_send_through_and_keeps_the_status(twin: s
         ("/late", "GET", 2): 1,
         ("/silent", "GET", 0): 1,
     }
+
+
+# --- an ASGI request awaited: Counted.run (C's Awaiting and its Python twin, a coroutine) ---
+
+
+class _Waits:
+    """What an app awaits that is not done: yields itself to whoever steps the request."""
+
+    def __await__(self):
+        return (yield self)
+
+
+class _OldStyle:
+    """An awaitable that is not a coroutine: its `__await__` is a generator."""
+
+    def __init__(self, send):
+        self.send = send
+
+    def __await__(self):
+        yield "old"
+        yield from self.send({"type": "http.response.start", "status": 204}).__await__()
+        return "done"
+
+
+def _scenario(twin: str, name: str) -> tuple[list, list]:
+    """Steps one request of `name` the way a loop would, and says what each step gave
+    (a yield, a return, an exception's type and text) and what was counted."""
+    counts = _table(twin)
+    seen: list = []
+    steps: list = []
+
+    async def send(message):
+        seen.append(message.get("type"))
+
+    async def app(scope, receive, send):
+        try:
+            got = await _Waits()
+        except KeyError:
+            if scope.get("swallow"):
+                return "swallowed"
+            raise
+        if got == "boom":
+            raise ValueError("the app failed")
+        await send({"type": "http.response.start", "status": 201})
+        await send({"type": "http.response.body"})
+        return got
+
+    async def app_raises_before_awaiting(scope, receive, send):
+        raise LookupError("at once")
+
+    def app_not_a_coroutine(scope, receive, send):
+        return _OldStyle(send)
+
+    def app_raises_when_called(scope, receive, send):
+        raise OSError("called")
+
+    def route_of(scope):
+        if scope.get("route") == "fails":
+            raise RuntimeError("no route")
+        return scope.get("route")
+
+    def step(call):
+        try:
+            steps.append(("yield", type(call()).__name__))
+        except StopIteration as stop:
+            steps.append(("return", stop.value))
+        except BaseException as exc:
+            steps.append((type(exc).__name__, str(exc)))
+
+    scope = {"type": "http", "route": "/r/{id}"}
+    chosen = {
+        "old style": app_not_a_coroutine,
+        "raises at once": app_raises_before_awaiting,
+        "raises when called": app_raises_when_called,
+    }.get(name, app)
+    if name == "swallows a throw":
+        scope["swallow"] = True
+    if name == "route fails":
+        scope["route"] = "fails"
+    counted = counts.counted(send, "/r/1", "GET")
+    request = counted.run(chosen, scope, None, route_of)
+    iterator = request.__await__()
+    if name == "close before start":
+        request.close()
+        step(lambda: iterator.send(None))
+    elif name == "throw before start":
+        step(lambda: iterator.throw(KeyError("early")))
+        step(lambda: iterator.send(None))
+    elif name == "non-None first":
+        step(lambda: iterator.send(1))
+    else:
+        step(lambda: iterator.send(None))
+        if name in ("returns", "route fails", "old style"):
+            step(lambda: iterator.send("value"))
+            step(lambda: iterator.send(None))  # reused after its end
+        elif name == "fails":
+            step(lambda: iterator.send("boom"))
+        elif name in ("throw", "swallows a throw"):
+            step(lambda: iterator.throw(KeyError("thrown")))
+        elif name == "close":
+            step(iterator.close)
+            step(iterator.close)
+        elif name == "dropped":
+            del request, iterator
+    rows = sorted((r[0], r[1], r[2], r[3]) for r in counts.take())
+    return [*steps, ("sent", seen)], rows
+
+
+SCENARIOS = (
+    "returns",
+    "fails",
+    "throw",
+    "swallows a throw",
+    "close",
+    "close before start",
+    "throw before start",
+    "dropped",
+    "non-None first",
+    "old style",
+    "raises at once",
+    "raises when called",
+    "route fails",
+)
+
+
+NEVER_AWAITED = "ignore:coroutine 'Counted.run' was never awaited"
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.filterwarnings(NEVER_AWAITED)
+@pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
+def test_an_awaited_asgi_request_behaves_as_its_python_twin(name: str):
+    """`Counted.run` in C steps the app as the Python twin's coroutine does: the same
+    yields, returns and exceptions at each step, and the same count."""
+    assert _scenario("c", name) == _scenario("python", name)
+
+
+@pytest.mark.parametrize("twin", list(TWINS))
+@pytest.mark.filterwarnings(NEVER_AWAITED)
+def test_an_awaited_asgi_request_is_counted_once_as_it_ended(twin: str):
+    steps = {name: _scenario(twin, name) for name in SCENARIOS}
+    assert steps["returns"] == (
+        [
+            ("yield", "_Waits"),
+            ("return", "value"),
+            ("RuntimeError", "cannot reuse already awaited coroutine"),
+            ("sent", ["http.response.start", "http.response.body"]),
+        ],
+        [("/r/{id}", "GET", 2, 1)],
+    )
+    assert steps["fails"][0][1] == ("ValueError", "the app failed")
+    assert steps["raises at once"][1] == [("/r/{id}", "GET", 5, 1)]
+    assert steps["raises when called"][0][0] == ("OSError", "called")
+    assert steps["raises when called"][1] == [("/r/{id}", "GET", 5, 1)]
+    assert steps["swallows a throw"][0][1] == ("return", "swallowed")
+    assert steps["swallows a throw"][1] == [("/r/{id}", "GET", 0, 1)]  # no response, no failure
+    for failed in ("fails", "throw", "close", "dropped"):
+        assert steps[failed][1] == [("/r/{id}", "GET", 5, 1)], failed  # no response started
+    for never_ran in ("close before start", "throw before start", "non-None first"):
+        assert steps[never_ran][1] == [], never_ran  # the app was never called
+    assert steps["old style"][0][:2] == [("yield", "str"), ("return", "done")]
+    assert steps["old style"][1] == [("/r/{id}", "GET", 2, 1)]
+    assert steps["route fails"][1] == [("/r/1", "GET", 2, 1)]  # the path stands in

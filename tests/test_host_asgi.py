@@ -1,0 +1,123 @@
+"""The ASGI middleware as servers see it: an ASGI 3 app to every way they tell one, what it
+hands them for a request that is not sampled (the app's own awaitable wrapped in C, no
+Python frame), and every request counted once however it ends: returned, failed, cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import pytest
+
+from profiler_host import native, runtime
+from profiler_host.asgi import ProfilerMiddleware
+from profiler_host.integrations import _patch_uvicorn
+from profiler_host.runtime import Profiler
+from profiler_host.settings import HostSettings
+
+_counts = native.extension("_counts")
+
+
+@pytest.fixture
+def profiler(monkeypatch: pytest.MonkeyPatch) -> Profiler:
+    """A profiler that samples nothing, as the middleware finds it (not started: no import
+    hook, no transport thread)."""
+    settings = HostSettings.load({"server": "127.0.0.1:9", "sample_rate": 0.0, "code_cache": "off"})
+    profiler = Profiler(settings)
+    monkeypatch.setattr(runtime, "STARTED", profiler)
+    return profiler
+
+
+def rows(profiler: Profiler) -> list[tuple[str, str, int, int]]:
+    return sorted((r[0], r[1], r[2], r[3]) for r in profiler.counts.take())
+
+
+async def app(scope: dict, receive: Any, send: Any) -> str:
+    if scope["type"] == "lifespan":
+        return "lifespan"
+    if scope["path"] == "/slow":
+        await asyncio.sleep(3600)
+    if scope["path"] == "/fails":
+        raise ValueError("the app failed")
+    await send({"type": "http.response.start", "status": 200})
+    await send({"type": "http.response.body", "body": b"ok"})
+    return "returned"
+
+
+def http(path: str) -> dict:
+    return {"type": "http", "path": path, "method": "GET", "headers": []}
+
+
+def test_servers_see_an_asgi3_coroutine_function() -> None:
+    """hypercorn asks `inspect`, uvicorn and Starlette `asyncio` (before 3.14), asgiref its
+    own: each must see a coroutine function, or it drives the app as ASGI 2."""
+    middleware = ProfilerMiddleware(app)
+    assert inspect.iscoroutinefunction(middleware.__call__)
+    assert asyncio.iscoroutinefunction(middleware.__call__)
+    from asgiref.compatibility import guarantee_single_callable
+
+    assert guarantee_single_callable(middleware) is middleware
+    import uvicorn
+
+    config = uvicorn.Config(middleware, interface="auto")
+    config.load()
+    assert config.interface == "asgi3"
+
+
+def test_uvicorn_is_given_dispatch_once_it_has_told_the_interface() -> None:
+    import uvicorn.config
+
+    config = uvicorn.Config(app, interface="auto", proxy_headers=False)
+    patched = type("Config", (uvicorn.Config,), {})
+    module = type("module", (), {"Config": patched})
+    _patch_uvicorn(module)  # type: ignore[arg-type]
+    config.__class__ = patched
+    config.load()
+    assert config.interface == "asgi3"
+    assert isinstance(config.loaded_app.__self__, ProfilerMiddleware)
+    assert config.loaded_app.__func__ is ProfilerMiddleware.dispatch
+    assert config.loaded_app.__self__.app is app
+    config.loaded = False
+    config.loaded_app = config.loaded_app  # loaded again: not wrapped twice
+    patched.load(config)
+    assert config.loaded_app.__self__.app is app
+
+
+@pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
+def test_a_request_not_sampled_gets_no_python_frame(profiler: Profiler) -> None:
+    middleware = ProfilerMiddleware(app)
+    awaitable = middleware.dispatch(http("/"), None, None)
+    assert type(awaitable) is _counts.Awaiting
+    awaitable.close()  # never started: the app is not called, nothing is counted
+    lifespan = middleware.dispatch({"type": "lifespan"}, None, None)
+    assert inspect.iscoroutine(lifespan)  # the app's own coroutine, handed through
+    assert asyncio.run(lifespan) == "lifespan"
+    assert rows(profiler) == []
+
+
+@pytest.mark.parametrize("entry", ["dispatch", "__call__"])
+def test_every_request_is_counted_once_however_it_ends(profiler: Profiler, entry: str) -> None:
+    middleware = ProfilerMiddleware(app)
+    call = getattr(middleware, entry)
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def serve() -> list[Any]:
+        returned = await call(http("/"), None, send)
+        with pytest.raises(ValueError, match="the app failed") as failed:
+            await call(http("/fails"), None, send)
+        assert failed.traceback[-1].name == "app"  # the app's own frame raised it
+        slow = asyncio.ensure_future(call(http("/slow"), None, send))
+        await asyncio.sleep(0)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        return [returned]
+
+    assert asyncio.run(serve()) == ([None] if entry == "__call__" else ["returned"])
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert rows(profiler) == [("/", "GET", 2, 1), ("/fails", "GET", 5, 1), ("/slow", "GET", 5, 1)]
