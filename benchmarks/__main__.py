@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         "--instructions", action="store_true", help="also count instructions under callgrind"
     )
     p.add_argument(
-        "--instruction-requests", type=int, default=2000, help="requests per callgrind run"
+        "--instruction-requests", type=int, default=20_000, help="requests per callgrind run"
     )
     p.add_argument("--pieces", default="", help="only these, comma-separated (default all)")
     p = sub.add_parser(
