@@ -146,7 +146,7 @@ class ProfilingServer:
         for name in ("", SERVICE):
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         if self._ingest is not None:
-            self._ingest.draining.set()
+            self._ingest.drain()
             deadline = time.monotonic() + grace
             while self.health.open_streams._value.get() > 0 and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
