@@ -561,19 +561,18 @@ static PyTypeObject CountedType = {
  * Twin of `request_counts.Counted.run` (an `async def`): it behaves as that coroutine
  * does, and tests compare the two. */
 
+/* Where it is is what it holds: `app` (and `receive`) until it is first stepped, `inner`
+ * while the app's awaitable runs, neither once it has ended. */
 typedef struct {
     PyObject_HEAD
     Counted *counted;
-    PyObject *app;      /* until started */
+    PyObject *app;
     PyObject *scope;
-    PyObject *receive;  /* until started */
+    PyObject *receive;
     PyObject *route_of;
-    PyObject *inner;    /* the app's awaitable's iterator, once started */
-    int state;          /* NOT_STARTED, RUNNING or DONE */
+    PyObject *inner;    /* the app's awaitable's iterator */
     int executing;      /* a step is in progress (re-entering it is an error, as for a coroutine) */
 } Awaiting;
-
-enum { NOT_STARTED, RUNNING, DONE };
 
 static PyTypeObject AwaitingType;
 static PyObject *THROW_NAME, *CLOSE_NAME;
@@ -590,15 +589,22 @@ awaiting_traverse(Awaiting *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* ended: what it held to run the app goes */
+static void
+awaiting_forget(Awaiting *self)
+{
+    Py_CLEAR(self->app);
+    Py_CLEAR(self->receive);
+    Py_CLEAR(self->inner);
+}
+
 static int
 awaiting_clear(Awaiting *self)
 {
+    awaiting_forget(self);
     Py_CLEAR(self->counted);
-    Py_CLEAR(self->app);
     Py_CLEAR(self->scope);
-    Py_CLEAR(self->receive);
     Py_CLEAR(self->route_of);
-    Py_CLEAR(self->inner);
     return 0;
 }
 
@@ -620,7 +626,6 @@ counted_run(Counted *self, PyObject *const *args, Py_ssize_t nargs)
     awaiting->receive = Py_NewRef(args[2]);
     awaiting->route_of = Py_NewRef(args[3]);
     awaiting->inner = NULL;
-    awaiting->state = NOT_STARTED;
     awaiting->executing = 0;
     PyObject_GC_Track(awaiting);
     return (PyObject *)awaiting;
@@ -632,7 +637,6 @@ static void
 awaiting_finish(Awaiting *self, int failed)
 {
     PyObject *exc = PyErr_GetRaisedException(), *route;
-    self->state = DONE;
     if (failed)
         self->counted->failed = 1;
     route = PyObject_CallOneArg(self->route_of, self->scope);
@@ -640,10 +644,7 @@ awaiting_finish(Awaiting *self, int failed)
         PyErr_Clear();
     Py_XDECREF(counted_end(self->counted, route != NULL ? &route : NULL, route != NULL));
     Py_XDECREF(route);
-    PyErr_Clear();
-    Py_CLEAR(self->app);
-    Py_CLEAR(self->receive);
-    Py_CLEAR(self->inner);
+    awaiting_forget(self);
     PyErr_SetRaisedException(exc);
 }
 
@@ -654,7 +655,6 @@ awaiting_start(Awaiting *self)
     PyObject *call[3] = {self->scope, self->receive, (PyObject *)self->counted};
     PyObject *awaitable = PyObject_Vectorcall(self->app, call, 3, NULL), *iterator;
     unaryfunc getter;
-    self->state = RUNNING;
     Py_CLEAR(self->app);
     Py_CLEAR(self->receive);
     if (awaitable == NULL)
@@ -692,7 +692,7 @@ awaiting_usable(Awaiting *self)
         PyErr_SetString(PyExc_ValueError, "coroutine already executing");
         return 0;
     }
-    if (self->state == DONE) {
+    if (self->app == NULL && self->inner == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
         return 0;
     }
@@ -707,7 +707,7 @@ awaiting_send(Awaiting *self, PyObject *arg, PyObject **result)
     if (!awaiting_usable(self))
         return PYGEN_ERROR;
     self->executing = 1;
-    if (self->state == NOT_STARTED) {
+    if (self->app != NULL) {
         if (arg != Py_None) {
             self->executing = 0;
             PyErr_SetString(PyExc_TypeError,
@@ -791,10 +791,8 @@ awaiting_throw(Awaiting *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (!awaiting_usable(self))
         return NULL;
-    if (self->state == NOT_STARTED) { /* the exception ends it before the app is called */
-        self->state = DONE;
-        Py_CLEAR(self->app);
-        Py_CLEAR(self->receive);
+    if (self->app != NULL) { /* the exception ends it before the app is called */
+        awaiting_forget(self);
         raise_thrown(args, nargs);
         return NULL;
     }
@@ -823,10 +821,8 @@ awaiting_close(Awaiting *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_ValueError, "coroutine already executing");
         return NULL;
     }
-    if (self->state != RUNNING) {
-        self->state = DONE;
-        Py_CLEAR(self->app);
-        Py_CLEAR(self->receive);
+    if (self->inner == NULL) { /* never started (the app is not called) or ended */
+        awaiting_forget(self);
         Py_RETURN_NONE;
     }
     self->executing = 1;
@@ -852,7 +848,7 @@ static void
 awaiting_finalize(Awaiting *self)
 {
     PyObject *exc, *result;
-    if (self->state != RUNNING || self->executing)
+    if (self->inner == NULL || self->executing)
         return;
     exc = PyErr_GetRaisedException();
     result = awaiting_close(self, NULL);
