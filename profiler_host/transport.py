@@ -31,6 +31,7 @@ import grpc
 from profiler_core.wire import ingest_pb2
 from profiler_host import request_counts
 from profiler_host.batching import Batcher
+from profiler_host.events import EVENT_INTS
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
 from profiler_host.security import ChannelSecurity
@@ -41,6 +42,10 @@ METHOD = "/request_profiler.v1.Ingest/Stream"
 PROFILER_VERSION = "0.1.0"
 MAX_BACKOFF = 30.0
 COUNTS_EVERY = 5.0  # seconds between reports of every request's counts
+# a request's share of a batch, estimated before it is encoded: its start and end records,
+# and per event its kind, function, call and time delta as varints (tests check it bounds)
+WIRE_BYTES_PER_REQUEST = 256
+WIRE_BYTES_PER_EVENT = 12
 # CPython 3.12 starts no thread once the interpreter finalizes, not even in exit handlers
 # (3.11 and 3.13 do): there the first sampled request waits this long at most for the
 # stream's threads (see Transport.start)
@@ -267,9 +272,20 @@ class Transport:
                     self._wake.clear()
                 self._idle = False
                 continue
-            self._collect()  # keep batching (within budget) while disconnected
-            self._stopping.wait(backoff * (0.5 + random.random()))
+            self._back_off(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _back_off(self, seconds: float) -> None:
+        """Waits `seconds` before the next attempt, batching every flush interval meanwhile:
+        requests that finish while the server is away go into the budget (or are dropped,
+        counted) as they come, instead of piling up whole for a backoff of up to 30 s."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set():
+            self._collect()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._stopping.wait(min(left, self.settings.flush_interval))
 
     def _serve_connection(self, channel: grpc.Channel) -> bool:
         """Streams until the server goes, the profiler stops, or everything is stored and
@@ -407,12 +423,14 @@ class Transport:
             self._discard(self.refused)
             return
         room = not self.over_budget()
+        spare = self.settings.buffer_bytes - self.backlog_bytes
         announced = self.batcher.announced
         finished: list[Request] = []
         while self._finished:
             request = self._finished.popleft()
-            if room or request.id in announced:
+            if spare > 0 or request.id in announced:
                 finished.append(request)
+                spare -= _wire_bytes(request)
             else:
                 self.drop("buffer_full", events=_discard_events(request))
         running = [r for r in self._running() if room or r.id in announced]
@@ -460,6 +478,14 @@ class Transport:
             if lost:
                 request.truncated = True
                 self.drop(reason, requests=0, events=lost)
+
+
+def _wire_bytes(request: Request) -> int:
+    """About what `request` adds to a batch (an upper estimate: events go out as varint
+    columns of a few bytes each), so that one batch overshoots the budget by at most one
+    request however many finished at once."""
+    ints = sum(len(lane.buffer) - lane.carried for lane in request.lanes)
+    return WIRE_BYTES_PER_REQUEST + ints // EVENT_INTS * WIRE_BYTES_PER_EVENT
 
 
 def _discard_events(request: Request) -> int:

@@ -18,6 +18,22 @@ from profiler_server.settings import DEFAULTS
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
+TRANSPORT_THREAD = "request-profiler-transport"
+
+
+@pytest.fixture(autouse=True)
+def no_transport_outlives_its_test() -> Iterator[None]:
+    """A host transport thread started in this process drains the lanes of every sampled
+    request in flight (`hooks.ACTIVE`): one left running by a test would take the events of
+    later tests' requests. Each test stops the transports it starts."""
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t.name == TRANSPORT_THREAD and t not in before]
+    for thread in leaked:
+        thread.join(5)
+    assert not [t for t in leaked if t.is_alive()], "a host transport thread outlived its test"
+
+
 def _pg_available() -> bool:
     try:
         engine = create_engine(PG_ADMIN_URL)

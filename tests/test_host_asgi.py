@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +22,14 @@ _counts = native.extension("_counts")
 
 
 @pytest.fixture
-def profiler(monkeypatch: pytest.MonkeyPatch) -> Profiler:
+def profiler(monkeypatch: pytest.MonkeyPatch) -> Iterator[Profiler]:
     """A profiler that samples nothing, as the middleware finds it (not started: no import
-    hook, no transport thread)."""
+    hook; its transport thread, which the first count starts, is stopped after)."""
     settings = HostSettings.load({"server": "127.0.0.1:9", "sample_rate": 0.0, "code_cache": "off"})
     profiler = Profiler(settings)
     monkeypatch.setattr(runtime, "STARTED", profiler)
-    return profiler
+    yield profiler
+    profiler.transport.stop(0)
 
 
 def rows(profiler: Profiler) -> list[tuple[str, str, int, int]]:

@@ -12,6 +12,7 @@ from profiler_host.batching import Batcher
 from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
 from profiler_host.transport import COUNTS_EVERY, Transport, TransportSettings
+from profiler_host.transport import _wire_bytes as transport_wire_bytes
 from tests.helpers import eventually, metric_value, stored_requests
 from tests.processes import ServerProcess, free_port
 
@@ -43,12 +44,12 @@ def test_dead_server_buffer_is_bounded_and_drops_reach_the_server(tmp_path: Path
     for n in range(1, submitted + 1):
         transport.submit(finished_request(n, fid))
         if n % 20 == 0:
-            time.sleep(0.3)  # let the transport thread batch while nobody listens
+            time.sleep(0.3)  # bursts, some of them while the transport backs off
     eventually(lambda: transport.dropped_requests["buffer_full"], timeout=30)
     eventually(lambda: transport.pending == 0, timeout=30)
     assert 0 < transport.dropped_requests["buffer_full"] < submitted
-    one_batch = budget  # a batch of requests taken while under budget can overshoot once
-    assert transport.backlog_bytes <= budget + one_batch
+    one_request = transport_wire_bytes(finished_request(0, fid))
+    assert transport.backlog_bytes <= budget + one_request  # however many finished at once
 
     server = ServerProcess(
         f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log", grpc_port=port
@@ -72,6 +73,30 @@ def test_dead_server_buffer_is_bounded_and_drops_reach_the_server(tmp_path: Path
     finally:
         transport.stop(timeout=1)
         server.stop(grace=10)
+
+
+def test_a_requests_estimated_share_of_a_batch_bounds_its_encoded_size():
+    """The budget admits finished requests by an estimate taken before encoding: it must
+    not be below what they encode to, even with far-apart timestamps, many lanes and
+    functions, and call ids in the millions."""
+    registry = FunctionRegistry()
+    fids = [registry.register("m", compile("pass", f"m{n}.py", "exec")) for n in range(300)]
+    request = Request(1, "/r/" + "x" * 200, "GET", event_cap=10**7)
+    lanes = [request.main] + [
+        request.spawn(request.main, LaneKind.THREAD, "worker " * 20) for _ in range(5)
+    ]
+    t = request.start_ns
+    for n in range(3_000):
+        lane = lanes[n % len(lanes)]
+        call = 5_000_000 + n
+        lane.append((int(EventKind.ENTER), fids[n % len(fids)], call, t + n * 40_000_000))
+        lane.append((int(EventKind.EXIT), fids[n % len(fids)], call, t + n * 40_000_000 + 9))
+    request.finish(500)
+    batcher = Batcher(registry)
+    batcher.build([], [], None)  # the functions' definitions go out before
+    estimate = transport_wire_bytes(request)
+    encoded = len(batcher.build([], [request], None).payload(1))
+    assert encoded <= estimate, (encoded, estimate)
 
 
 def test_lanes_spawned_from_many_threads_at_once_get_distinct_ids():
