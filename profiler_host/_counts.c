@@ -13,6 +13,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -903,6 +904,327 @@ static PyTypeObject AwaitingType = {
     .tp_methods = awaiting_methods,
 };
 
+/* --- Dispatch: the ASGI middleware's work, in C where a request is not sampled ----------
+ *
+ * `Dispatch(app, runtime, fallback, sampled, route_of, middleware)` is what
+ * `asgi.ProfilerMiddleware.dispatch` is when this module is built: called as
+ * `dispatch(scope, receive, send)` for each connection. The common case, an http request
+ * of a dict scope with a path and a method, no force secret set and the sampler saying
+ * no, returns `counts.counted(send, path, method).run(app, scope, receive, route_of)`
+ * without a Python frame; a request the sampler takes goes to
+ * `sampled(profiler, scope, receive, send, path, method, False)`; anything else (no
+ * profiler started, lifespan, websocket, a force secret, a scope of another shape) to
+ * `fallback(scope, receive, send)`, the Python dispatch it is the twin of (tests compare
+ * the two). The profiler is `runtime["STARTED"]`, read per call as Python reads it. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *app;
+    PyObject *runtime;    /* the runtime module's namespace */
+    PyObject *fallback;
+    PyObject *sampled;
+    PyObject *route_of;
+    PyObject *middleware; /* exposed as __self__, as by the bound method it stands for */
+    vectorcallfunc vectorcall;
+} Dispatch;
+
+static PyObject *STARTED_KEY, *PATH_KEY, *METHOD_KEY, *HTTP, *FORCE_SECRET_NAME, *DECIDE_NAME,
+    *COUNTS_NAME;
+static PyTypeObject CountTableType;
+
+static int
+dispatch_traverse(Dispatch *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->app);
+    Py_VISIT(self->runtime);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->sampled);
+    Py_VISIT(self->route_of);
+    Py_VISIT(self->middleware);
+    return 0;
+}
+
+static int
+dispatch_clear(Dispatch *self)
+{
+    Py_CLEAR(self->app);
+    Py_CLEAR(self->runtime);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->sampled);
+    Py_CLEAR(self->route_of);
+    Py_CLEAR(self->middleware);
+    return 0;
+}
+
+static void
+dispatch_dealloc(Dispatch *self)
+{
+    PyObject_GC_UnTrack(self);
+    dispatch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *dispatch_call(Dispatch *self, PyObject *const *args, size_t nargsf,
+                               PyObject *kwnames);
+
+static PyObject *
+dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"app", "runtime", "fallback", "sampled", "route_of",
+                               "middleware", NULL};
+    PyObject *app, *runtime, *fallback, *sampled, *route_of, *middleware;
+    Dispatch *self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOO:Dispatch", keywords, &app,
+                                     &PyDict_Type, &runtime, &fallback, &sampled, &route_of,
+                                     &middleware))
+        return NULL;
+    self = (Dispatch *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->app = Py_NewRef(app);
+    self->runtime = Py_NewRef(runtime);
+    self->fallback = Py_NewRef(fallback);
+    self->sampled = Py_NewRef(sampled);
+    self->route_of = Py_NewRef(route_of);
+    self->middleware = Py_NewRef(middleware);
+    self->vectorcall = (vectorcallfunc)dispatch_call;
+    return (PyObject *)self;
+}
+
+/* scope[key] if it is a non-empty exact str, else NULL (no error set) */
+static PyObject *
+scope_text(PyObject *scope, PyObject *key)
+{
+    PyObject *value = PyDict_GetItemWithError(scope, key);
+    if (value == NULL) {
+        PyErr_Clear(); /* the fallback reads it again, and raises what Python raises */
+        return NULL;
+    }
+    return PyUnicode_CheckExact(value) && PyUnicode_GET_LENGTH(value) > 0 ? value : NULL;
+}
+
+/* profiler.name, or NULL (no error set) */
+static PyObject *
+profiler_attr(PyObject *profiler, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(profiler, name);
+    if (value == NULL)
+        PyErr_Clear();
+    return value;
+}
+
+static PyObject *
+dispatch_call(Dispatch *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *scope, *kind, *path, *method, *profiler, *secret, *counts = NULL, *decide = NULL,
+        *decision, *counted, *result = NULL;
+    int sampled;
+    if (PyVectorcall_NARGS(nargsf) != 3 || kwnames != NULL)
+        goto fallback;
+    scope = args[0];
+    profiler = PyDict_GetItemWithError(self->runtime, STARTED_KEY);
+    if (profiler == NULL || profiler == Py_None || !PyDict_CheckExact(scope))
+        goto fallback;
+    kind = PyDict_GetItemWithError(scope, TYPE_KEY);
+    if (kind == NULL || !PyUnicode_CheckExact(kind) || PyUnicode_Compare(kind, HTTP) != 0)
+        goto fallback;
+    path = scope_text(scope, PATH_KEY);
+    method = scope_text(scope, METHOD_KEY);
+    if (path == NULL || method == NULL)
+        goto fallback;
+    Py_INCREF(profiler); /* the sampler's call may run Python that swaps it */
+    secret = profiler_attr(profiler, FORCE_SECRET_NAME);
+    if (secret != Py_None) {
+        Py_XDECREF(secret);
+        Py_DECREF(profiler);
+        goto fallback;
+    }
+    Py_DECREF(secret);
+    counts = profiler_attr(profiler, COUNTS_NAME);
+    decide = profiler_attr(profiler, DECIDE_NAME);
+    if (counts == NULL || decide == NULL || Py_TYPE(counts) != &CountTableType) {
+        Py_XDECREF(counts);
+        Py_XDECREF(decide);
+        Py_DECREF(profiler);
+        goto fallback;
+    }
+    Py_INCREF(path);
+    Py_INCREF(method);
+    decision = PyObject_CallOneArg(decide, path);
+    sampled = decision == NULL ? -1 : PyObject_IsTrue(decision);
+    Py_XDECREF(decision);
+    if (sampled > 0) {
+        PyObject *call[7] = {profiler, scope, args[1], args[2], path, method, Py_False};
+        result = PyObject_Vectorcall(self->sampled, call, 7, NULL);
+    }
+    else if (sampled == 0) {
+        PyObject *call[4] = {args[2], path, method, NULL};
+        counted = table_counted((CountTable *)counts, call, 3);
+        if (counted != NULL) {
+            PyObject *run[4] = {self->app, scope, args[1], self->route_of};
+            result = counted_run((Counted *)counted, run, 4);
+            Py_DECREF(counted);
+        }
+    }
+    Py_DECREF(path);
+    Py_DECREF(method);
+    Py_DECREF(decide);
+    Py_DECREF(counts);
+    Py_DECREF(profiler);
+    return result;
+fallback:
+    PyErr_Clear();
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyMemberDef dispatch_members[] = {
+    {"__self__", T_OBJECT, offsetof(Dispatch, middleware), READONLY,
+     "the middleware whose dispatch this is"},
+    {"app", T_OBJECT, offsetof(Dispatch, app), READONLY, "the app it calls"},
+    {NULL},
+};
+
+static PyTypeObject DispatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._counts.Dispatch",
+    .tp_basicsize = sizeof(Dispatch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Dispatch(app, runtime, fallback, sampled, route_of, middleware): the ASGI "
+              "middleware's dispatch, in C for a request that is not sampled.",
+    .tp_new = dispatch_new,
+    .tp_dealloc = (destructor)dispatch_dealloc,
+    .tp_traverse = (traverseproc)dispatch_traverse,
+    .tp_clear = (inquiry)dispatch_clear,
+    .tp_vectorcall_offset = offsetof(Dispatch, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_members = dispatch_members,
+};
+
+/* --- AsgiRoute: Starlette's route of a request, read in C in the common case -----------
+ *
+ * `AsgiRoute(leaf_types, python, named)(scope)` is `routes.asgi_route(scope)`, the route
+ * every ASGI request is counted under as it ends: the template of a route whose type is
+ * known not to be a mount (`leaf_types`, a set `routes` fills), when no mount, no FastAPI
+ * state and no route named inside the app is in the scope; None where no router ran;
+ * anything else (mounts, FastAPI, a scope that is not exactly a dict) from
+ * `python(scope)`, the `asgi_route` it is the twin of (tests compare the two). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *leaf_types;
+    PyObject *python;
+    PyObject *named; /* the scope's key of a route named inside the app (routes.ROUTE_KEY) */
+    vectorcallfunc vectorcall;
+} AsgiRoute;
+
+static PyObject *ROUTE_NAME, *ROUTER_NAME, *APP_ROOT_PATH, *FASTAPI_NAME;
+
+static int
+route_traverse(AsgiRoute *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->leaf_types);
+    Py_VISIT(self->python);
+    Py_VISIT(self->named);
+    return 0;
+}
+
+static int
+route_clear(AsgiRoute *self)
+{
+    Py_CLEAR(self->leaf_types);
+    Py_CLEAR(self->python);
+    Py_CLEAR(self->named);
+    return 0;
+}
+
+static void
+route_dealloc(AsgiRoute *self)
+{
+    PyObject_GC_UnTrack(self);
+    route_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *route_call(AsgiRoute *self, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames);
+
+static PyObject *
+route_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"leaf_types", "python", "named", NULL};
+    PyObject *leaf_types, *python, *named;
+    AsgiRoute *self;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OU:AsgiRoute", keywords, &PySet_Type,
+                                     &leaf_types, &python, &named))
+        return NULL;
+    self = (AsgiRoute *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->leaf_types = Py_NewRef(leaf_types);
+    self->python = Py_NewRef(python);
+    self->named = Py_NewRef(named);
+    self->vectorcall = (vectorcallfunc)route_call;
+    return (PyObject *)self;
+}
+
+/* 1 if none of the keys is in the dict, 0 if one is, -1 on an error */
+static int
+none_in(PyObject *dict, PyObject *a, PyObject *b)
+{
+    int found = PyDict_Contains(dict, a);
+    if (found == 0 && b != NULL)
+        found = PyDict_Contains(dict, b);
+    return found < 0 ? -1 : !found;
+}
+
+static PyObject *
+route_call(AsgiRoute *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *scope, *route, *path;
+    int leaf;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || !PyDict_CheckExact(args[0]))
+        goto python;
+    scope = args[0];
+    route = PyDict_GetItemWithError(scope, ROUTE_NAME);
+    if (route == NULL && PyErr_Occurred())
+        goto python;
+    if (route == NULL || route == Py_None) {
+        /* asgi_route_in_full: a route named inside the app, else none where no router ran */
+        if (none_in(scope, self->named, ROUTER_NAME) == 1)
+            Py_RETURN_NONE;
+        goto python;
+    }
+    leaf = PySet_Contains(self->leaf_types, (PyObject *)Py_TYPE(route));
+    if (leaf != 1 || none_in(scope, APP_ROOT_PATH, FASTAPI_NAME) != 1 ||
+        none_in(scope, self->named, NULL) != 1)
+        goto python;
+    Py_INCREF(route); /* reading its path may run Python that changes the scope */
+    path = PyObject_GetAttr(route, PATH_KEY);
+    Py_DECREF(route);
+    if (path == NULL || PyUnicode_CheckExact(path))
+        return path;
+    Py_SETREF(path, PyObject_Str(path));
+    return path;
+python:
+    PyErr_Clear(); /* Python reads it again, and raises what it raises */
+    return PyObject_Vectorcall(self->python, args, nargsf, kwnames);
+}
+
+static PyTypeObject AsgiRouteType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._counts.AsgiRoute",
+    .tp_basicsize = sizeof(AsgiRoute),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AsgiRoute(leaf_types, python, named)(scope) -> route or None: routes.asgi_route in C "
+              "for the common case.",
+    .tp_new = route_new,
+    .tp_dealloc = (destructor)route_dealloc,
+    .tp_traverse = (traverseproc)route_traverse,
+    .tp_clear = (inquiry)route_clear,
+    .tp_vectorcall_offset = offsetof(AsgiRoute, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
 static PyObject *
 table_take(CountTable *self, PyObject *Py_UNUSED(ignored))
 {
@@ -1055,7 +1377,8 @@ PyInit__counts(void)
 {
     PyObject *module;
     if (PyType_Ready(&CountTableType) < 0 || PyType_Ready(&CountedType) < 0 ||
-        PyType_Ready(&AwaitingType) < 0)
+        PyType_Ready(&AwaitingType) < 0 || PyType_Ready(&DispatchType) < 0 ||
+        PyType_Ready(&AsgiRouteType) < 0)
         return NULL;
     HTTP_RESPONSE_START = PyUnicode_InternFromString("http.response.start");
     WEBSOCKET_ACCEPT = PyUnicode_InternFromString("websocket.accept");
@@ -1066,15 +1389,30 @@ PyInit__counts(void)
     INTERNAL_ERROR = PyLong_FromLong(500);
     THROW_NAME = PyUnicode_InternFromString("throw");
     CLOSE_NAME = PyUnicode_InternFromString("close");
-    if (!THROW_NAME || !CLOSE_NAME || !HTTP_RESPONSE_START || !WEBSOCKET_ACCEPT || !TYPE_KEY || !STATUS_KEY || !ZERO ||
-        !SWITCHING || !INTERNAL_ERROR)
+    STARTED_KEY = PyUnicode_InternFromString("STARTED");
+    PATH_KEY = PyUnicode_InternFromString("path");
+    METHOD_KEY = PyUnicode_InternFromString("method");
+    HTTP = PyUnicode_InternFromString("http");
+    FORCE_SECRET_NAME = PyUnicode_InternFromString("force_secret");
+    DECIDE_NAME = PyUnicode_InternFromString("decide");
+    COUNTS_NAME = PyUnicode_InternFromString("counts");
+    ROUTE_NAME = PyUnicode_InternFromString("route");
+    ROUTER_NAME = PyUnicode_InternFromString("router");
+    APP_ROOT_PATH = PyUnicode_InternFromString("app_root_path");
+    FASTAPI_NAME = PyUnicode_InternFromString("fastapi");
+    if (!THROW_NAME || !CLOSE_NAME || !HTTP_RESPONSE_START || !WEBSOCKET_ACCEPT || !TYPE_KEY ||
+        !STATUS_KEY || !ZERO || !SWITCHING || !INTERNAL_ERROR || !STARTED_KEY || !PATH_KEY ||
+        !METHOD_KEY || !HTTP || !FORCE_SECRET_NAME || !DECIDE_NAME || !COUNTS_NAME ||
+        !ROUTE_NAME || !ROUTER_NAME || !APP_ROOT_PATH || !FASTAPI_NAME)
         return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "CountTable", (PyObject *)&CountTableType) < 0 ||
         PyModule_AddObjectRef(module, "Counted", (PyObject *)&CountedType) < 0 ||
-        PyModule_AddObjectRef(module, "Awaiting", (PyObject *)&AwaitingType) < 0) {
+        PyModule_AddObjectRef(module, "Awaiting", (PyObject *)&AwaitingType) < 0 ||
+        PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0 ||
+        PyModule_AddObjectRef(module, "AsgiRoute", (PyObject *)&AsgiRouteType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -32,6 +32,35 @@ class Counted:
     ) -> Awaiting: ...
 
 @final
+class AsgiRoute:
+    """`routes.asgi_route` in C for the common case."""
+
+    def __init__(
+        self,
+        leaf_types: set[type],
+        python: Callable[[Mapping[str, Any]], str | None],
+        named: str,
+    ) -> None: ...
+    def __call__(self, scope: Mapping[str, Any], /) -> str | None: ...
+
+@final
+class Dispatch:
+    """The ASGI middleware's dispatch, in C for a request that is not sampled."""
+
+    __self__: Any
+    app: Callable[[Any, Any, Any], Awaitable[Any]]
+    def __init__(
+        self,
+        app: Callable[[Any, Any, Any], Awaitable[Any]],
+        runtime: dict[str, Any],
+        fallback: Callable[[Any, Any, Any], Awaitable[Any]],
+        sampled: Callable[..., Awaitable[Any]],
+        route_of: Callable[[Mapping[str, Any]], str | None],
+        middleware: Any,
+    ) -> None: ...
+    def __call__(self, scope: Any, receive: Any, send: Any, /) -> Awaitable[Any]: ...
+
+@final
 class CountTable:
     """Every request counted (see `profiler_host.request_counts`)."""
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from profiler_host import runtime
+from profiler_host import native, runtime
 from profiler_host.recording import CURRENT, Request
-from profiler_host.routes import asgi_route
+from profiler_host.routes import ASGI_ROUTE
 from profiler_host.runtime import Profiler, reset
 
 Scope = MutableMapping[str, Any]
@@ -19,42 +19,64 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 FORCE_HEADER = b"x-profiler-force"
 _REQUESTS = frozenset(("http", "websocket"))
+_counts = native.extension("_counts")
 
 
 class ProfilerMiddleware:
     """Wrap an ASGI 3 app: `ProfilerMiddleware(app)`.
 
-    Its work is `dispatch`, a plain function that returns what the server awaits: the app's
-    own awaitable where there is nothing to do, a C awaitable (`Counted.run`) for a request
-    that is not sampled, and a coroutine only for a recorded one. `__call__` is a coroutine
-    function around it for the servers that tell an ASGI 3 app by that (hypercorn asks
-    `inspect`, which on 3.11 cannot be told a plain function is one); the servers the host
-    wraps itself, after they have told the app's interface, call `dispatch` (see
-    `integrations`) and pay no Python frame for a request that is not sampled."""
+    Its work is `dispatch`, which returns what the server awaits: the app's own awaitable
+    where there is nothing to do, a C awaitable (`Counted.run`) for a request that is not
+    sampled, and a coroutine only for a recorded one. Where the host's C extensions are
+    built, `dispatch` is `_counts.Dispatch`, which takes a request that is not sampled
+    through without a Python frame and hands everything else to the Python dispatch it is
+    the twin of (`python_dispatch`). `__call__` is a coroutine function around it for the
+    servers that tell an ASGI 3 app by that (hypercorn asks `inspect`, which on 3.11 cannot
+    be told a plain function is one); the servers the host wraps itself, after they have
+    told the app's interface, call `dispatch` (see `integrations`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self.dispatch: Callable[[Scope, Receive, Send], Awaitable[None]] = self.python_dispatch
+        if _counts is not None:
+            self.dispatch = _counts.Dispatch(
+                app, vars(runtime), self.python_dispatch, self.sampled, ASGI_ROUTE, self
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.dispatch(scope, receive, send)
 
-    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+    def python_dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         profiler = runtime.STARTED
         kind = scope.get("type")
         if profiler is None or kind not in _REQUESTS:
             return self.app(scope, receive, send)
-        # a request that is not sampled pays this call, the sampler's C call and its
-        # `counted` (C: in place of send it keeps the status; its awaitable counts the
-        # request when the app's ends); headers are read only where a secret can force a
-        # request
+        # a request that is not sampled pays the sampler's C call and its `counted` (C: in
+        # place of send it keeps the status; its awaitable counts the request when the
+        # app's ends); headers are read only where a secret can force a request
         path = scope.get("path") or "/"
         forced = profiler.force_secret is not None and profiler.forced(_header(scope, FORCE_HEADER))
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
         if forced or profiler.decide(path):
-            request = profiler.open(path, method, forced)
-            if request is not None:
-                return _recorded(profiler, request, self.app, scope, receive, send)
-        return profiler.counts.counted(send, path, method).run(self.app, scope, receive, asgi_route)
+            return self.sampled(profiler, scope, receive, send, path, method, forced)
+        return profiler.counts.counted(send, path, method).run(self.app, scope, receive, ASGI_ROUTE)
+
+    def sampled(
+        self,
+        profiler: Profiler,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        path: str,
+        method: str,
+        forced: bool,
+    ) -> Awaitable[None]:
+        """A request the sampler took (or a secret forced): recorded, unless the profiler
+        has no room for it (then counted as one not sampled)."""
+        request = profiler.open(path, method, forced)
+        if request is not None:
+            return _recorded(profiler, request, self.app, scope, receive, send)
+        return profiler.counts.counted(send, path, method).run(self.app, scope, receive, ASGI_ROUTE)
 
 
 async def _recorded(
@@ -83,7 +105,7 @@ async def _recorded(
         status = status or 500
         raise
     finally:
-        request.route = asgi_route(scope) or request.route
+        request.route = ASGI_ROUTE(scope) or request.route
         reset(token)
         profiler.end(request, status)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from profiler_host import integrations
+from profiler_host import integrations, native
 from profiler_host.recording import CURRENT
 
 log = logging.getLogger("profiler_host")
@@ -70,6 +70,18 @@ def asgi_route_in_full(scope: Mapping[str, Any]) -> str | None:
     except Exception:  # a router we do not know: the request keeps its path
         log.debug("request-profiler: no Starlette route", exc_info=True)
         return None
+
+
+def _asgi_route_reader() -> Callable[[Mapping[str, Any]], str | None]:
+    """`asgi_route`, in C where the host's extensions are built (`_counts.AsgiRoute`, its
+    twin: every ASGI request is counted under the route it reads)."""
+    counts = native.extension("_counts")
+    if counts is None:
+        return asgi_route
+    return counts.AsgiRoute(_LEAF_TYPES, asgi_route, ROUTE_KEY)
+
+
+ASGI_ROUTE = _asgi_route_reader()
 
 
 def _starlette_route(scope: Mapping[str, Any]) -> str | None:

@@ -15,6 +15,7 @@ import pytest
 from profiler_host import native, runtime
 from profiler_host.asgi import ProfilerMiddleware
 from profiler_host.integrations import _patch_uvicorn
+from profiler_host.routes import asgi_route
 from profiler_host.runtime import Profiler
 from profiler_host.settings import HostSettings
 
@@ -79,7 +80,7 @@ def test_uvicorn_is_given_dispatch_once_it_has_told_the_interface() -> None:
     config.load()
     assert config.interface == "asgi3"
     assert isinstance(config.loaded_app.__self__, ProfilerMiddleware)
-    assert config.loaded_app.__func__ is ProfilerMiddleware.dispatch
+    assert config.loaded_app is config.loaded_app.__self__.dispatch
     assert config.loaded_app.__self__.app is app
     config.loaded = False
     config.loaded_app = config.loaded_app  # loaded again: not wrapped twice
@@ -123,3 +124,109 @@ def test_every_request_is_counted_once_however_it_ends(profiler: Profiler, entry
     assert asyncio.run(serve()) == ([None] if entry == "__call__" else ["returned"])
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert rows(profiler) == [("/", "GET", 2, 1), ("/fails", "GET", 5, 1), ("/slow", "GET", 5, 1)]
+
+
+SCOPES: dict[str, Any] = {
+    "http": http("/orders/17"),
+    "http, the sampler takes it": http("/sampled"),
+    "websocket": {"type": "websocket", "path": "/ws", "headers": []},
+    "lifespan": {"type": "lifespan"},
+    "no path": {"type": "http", "method": "POST", "headers": []},
+    "empty path": {"type": "http", "path": "", "method": "GET", "headers": []},
+    "path not a str": {"type": "http", "path": b"/b", "method": "GET", "headers": []},
+    "no method": {"type": "http", "path": "/m", "headers": []},
+    "empty method": {"type": "http", "path": "/m", "method": "", "headers": []},
+    "the sampler fails": http("/decide-fails"),
+}
+
+
+class _Scope(dict):
+    """A scope that is a dict but not exactly one."""
+
+
+def _through(dispatch: Any, profiler: Profiler, scope: Any, kwargs: bool) -> tuple[str, Any, list]:
+    """What a server sees of one connection: the kind of thing it awaits, how awaiting it
+    ends, and what was counted."""
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    try:
+        awaitable = (
+            dispatch(scope=scope, receive=None, send=send)
+            if kwargs
+            else dispatch(scope, None, send)
+        )
+    except Exception as exc:
+        return "raised", repr(exc), rows(profiler)
+    kind = "coroutine" if inspect.iscoroutine(awaitable) else type(awaitable).__name__
+    try:
+        outcome = asyncio.run(_awaited(awaitable))
+    except Exception as exc:
+        outcome = repr(exc)
+    return kind, (outcome, [m["type"] for m in sent]), rows(profiler)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+@pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
+@pytest.mark.parametrize("secret", [None, "s3cret"])
+@pytest.mark.parametrize("started", [True, False])
+def test_the_c_dispatch_does_what_the_python_one_does(
+    profiler: Profiler, monkeypatch: pytest.MonkeyPatch, secret: str | None, started: bool
+) -> None:
+    """`_counts.Dispatch` against `python_dispatch`, on the same scopes with the same
+    sampler: the same kind of awaitable, the same outcome, the same counts, the sampler
+    asked the same paths, the sampled path given the same arguments."""
+    middleware = ProfilerMiddleware(app)
+    assert type(middleware.dispatch) is _counts.Dispatch
+    monkeypatch.setattr(profiler, "force_secret", secret)
+    if not started:
+        monkeypatch.setattr(runtime, "STARTED", None)
+    asked: list[str] = []
+    taken: list[tuple] = []
+
+    def decide(path: str) -> bool:
+        asked.append(path)
+        if path == "/decide-fails":
+            raise RuntimeError("the sampler failed")
+        return path == "/sampled"
+
+    def sampled(*args: Any) -> Any:
+        taken.append((args[0] is profiler, *args[2:3], *args[4:]))
+        return middleware.app(args[1], args[2], args[3])
+
+    monkeypatch.setattr(profiler, "decide", decide)
+    monkeypatch.setattr(middleware, "sampled", sampled)
+    twins = {
+        "c": _counts.Dispatch(
+            app, vars(runtime), middleware.python_dispatch, sampled, asgi_route, middleware
+        ),
+        "python": middleware.python_dispatch,
+    }
+    cases = {**{name: (scope, False) for name, scope in SCOPES.items()}}
+    cases["a dict subclass"] = (_Scope(http("/sub")), False)
+    cases["keywords"] = (http("/kw"), True)
+    seen: dict[str, dict[str, tuple]] = {}
+    for twin, dispatch in twins.items():
+        for name, (scope, kwargs) in cases.items():
+            asked.clear()
+            taken.clear()
+            seen.setdefault(name, {})[twin] = (
+                *_through(
+                    dispatch, profiler, dict(scope) if type(scope) is dict else scope, kwargs
+                ),
+                list(asked),
+                list(taken),
+            )
+    for name, outcomes in seen.items():
+        assert outcomes["c"] == outcomes["python"], name
+    kinds = {name: outcomes["c"][0] for name, outcomes in seen.items()}
+    if started and secret is None:  # the C path was taken where it can be, and it differs
+        assert kinds["http"] == "Awaiting" and kinds["lifespan"] == "coroutine"
+        assert seen["http, the sampler takes it"]["c"][4] == [
+            (True, None, "/sampled", "GET", False)
+        ]

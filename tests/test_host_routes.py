@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import APIRouter, FastAPI
 from flask import Blueprint, Flask
 from starlette.applications import Starlette
@@ -21,7 +22,7 @@ from werkzeug.test import Client
 from werkzeug.wrappers import Request as WerkzeugRequest
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from profiler_host import routes
+from profiler_host import native, routes
 from profiler_host.recording import CURRENT
 from profiler_host.recording import Request as Sampled
 from profiler_host.routes import UNMATCHED, asgi_route, asgi_route_in_full, wsgi_route
@@ -34,13 +35,14 @@ async def text(request: Request) -> PlainTextResponse:
 def asgi_routes(app: Any, paths: list[str]) -> dict[str, str | None]:
     """Each path's route as the middleware reads it once the app answered (each path twice:
     the second read takes the fast path where the first taught it the route's type, and
-    gives what reading the scope in full gives)."""
+    gives what reading the scope in full gives, and what the middleware's reader, C where
+    built, gives)."""
     seen: dict[str, str | None] = {}
 
     async def middleware(scope: dict, receive: Callable, send: Callable) -> None:
         await app(scope, receive, send)
         seen[scope["path"]] = asgi_route(scope)
-        assert seen[scope["path"]] == asgi_route_in_full(scope)
+        assert seen[scope["path"]] == asgi_route_in_full(scope) == routes.ASGI_ROUTE(scope)
 
     async def run() -> None:
         transport = httpx.ASGITransport(app=middleware)
@@ -107,6 +109,71 @@ def test_fastapi_included_routers_keep_their_prefixes() -> None:
         "/sub/x/1": "/sub/x/{y}",
         "/api/v1/nowhere/1/2": UNMATCHED,
     }
+
+
+class _Leaf:
+    """A route type `asgi_route` knows is no mount, whose path is whatever it is given."""
+
+    def __init__(self, path: Any) -> None:
+        self._path = path
+
+    @property
+    def path(self) -> Any:
+        if isinstance(self._path, Exception):
+            raise self._path
+        return self._path
+
+
+class _Template:
+    def __str__(self) -> str:
+        return "/from/str"
+
+
+LEAF_SCOPES: dict[str, Any] = {
+    "a leaf": {"route": _Leaf("/a/{id}")},
+    "a leaf with a path that is no str": {"route": _Leaf(_Template())},
+    "a leaf whose path fails": {"route": _Leaf(LookupError("no path"))},
+    "a leaf under a mount": {"route": _Leaf("/a"), "app_root_path": "", "root_path": "/m"},
+    "a leaf under FastAPI": {"route": _Leaf("/a"), "fastapi": {}},
+    "a leaf and a route named in the app": {"route": _Leaf("/a"), routes.ROUTE_KEY: "/named"},
+    "a route of a type not known": {"route": object(), "router": None},
+    "no route, no router": {"path": "/p"},
+    "route None, no router": {"route": None},
+    "no route, a router": {"router": None},
+    "no route, a route named in the app": {routes.ROUTE_KEY: "/named"},
+    "a dict subclass": type("Scope", (dict,), {})(route=_Leaf("/sub")),
+}
+
+
+@pytest.mark.skipif(native.extension("_counts") is None, reason="the C reader is not built")
+def test_the_c_route_reader_reads_what_asgi_route_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_counts.AsgiRoute` against `asgi_route` on scopes of every shape its fast path looks
+    at; it reads the common ones itself and hands the rest to the Python."""
+    monkeypatch.setattr(routes, "_LEAF_TYPES", routes._LEAF_TYPES | {_Leaf})
+    handed: list[Any] = []
+
+    def python(scope: Any) -> str | None:
+        handed.append(scope)
+        return asgi_route(scope)
+
+    reader = native.extension("_counts").AsgiRoute(routes._LEAF_TYPES, python, routes.ROUTE_KEY)
+
+    def outcome(read: Callable[[Any], Any], scope: Any) -> Any:
+        try:
+            return read(scope)
+        except Exception as exc:
+            return repr(exc)
+
+    for name, scope in LEAF_SCOPES.items():
+        handed.clear()
+        assert outcome(reader, scope) == outcome(asgi_route, scope), name
+        read_in_c = name in (
+            "a leaf",
+            "a leaf with a path that is no str",
+            "a leaf whose path fails",
+        )
+        read_in_c |= name in ("no route, no router", "route None, no router")
+        assert (not handed) == read_in_c, name
 
 
 def test_an_asgi_app_without_a_known_router_keeps_its_path() -> None:
