@@ -35,12 +35,12 @@ class Counted:
 class AsgiRoute:
     """`routes.asgi_route` in C for the common case."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         leaf_types: set[type],
         python: Callable[[Mapping[str, Any]], str | None],
         named: str,
-    ) -> None: ...
+    ) -> AsgiRoute: ...
     def __call__(self, scope: Mapping[str, Any], /) -> str | None: ...
 
 @final
@@ -49,15 +49,15 @@ class Dispatch:
 
     __self__: Any
     app: Callable[[Any, Any, Any], Awaitable[Any]]
-    def __init__(
-        self,
+    def __new__(
+        cls,
         app: Callable[[Any, Any, Any], Awaitable[Any]],
         runtime: dict[str, Any],
         fallback: Callable[[Any, Any, Any], Awaitable[Any]],
         sampled: Callable[..., Awaitable[Any]],
         route_of: Callable[[Mapping[str, Any]], str | None],
         middleware: Any,
-    ) -> None: ...
+    ) -> Dispatch: ...
     def __call__(self, scope: Any, receive: Any, send: Any, /) -> Awaitable[Any]: ...
 
 @final
