@@ -276,16 +276,20 @@ class Transport:
             backoff = min(backoff * 2, MAX_BACKOFF)
 
     def _back_off(self, seconds: float) -> None:
-        """Waits `seconds` before the next attempt, batching every flush interval meanwhile:
-        requests that finish while the server is away go into the budget (or are dropped,
-        counted) as they come, instead of piling up whole for a backoff of up to 30 s."""
+        """Waits `seconds` before the next attempt, batching every flush interval meanwhile
+        while there is work: requests that finish while the server is away go into the
+        budget (or are dropped, counted) as they come, instead of piling up whole for a
+        backoff of up to 30 s; with nothing to do it sleeps until a request or a stop."""
         deadline = time.monotonic() + seconds
         while not self._stopping.is_set():
             self._collect()
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            self._stopping.wait(min(left, self.settings.flush_interval))
+            wait = self._next_wait()
+            self._wake.wait(left if wait is None else min(left, wait))
+            self._wake.clear()
+            self._idle = False
 
     def _serve_connection(self, channel: grpc.Channel) -> bool:
         """Streams until the server goes, the profiler stops, or everything is stored and

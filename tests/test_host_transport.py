@@ -161,6 +161,24 @@ def test_an_idle_transport_sleeps_until_a_request_needs_it(tmp_path: Path):
         server.stop(grace=10)
 
 
+def test_while_the_server_is_away_an_idle_transport_wakes_only_to_retry():
+    """Backing off, the transport batches every flush interval only while requests wait;
+    with nothing to send it sleeps through the backoff (an attempt collects a few times)."""
+    registry = FunctionRegistry()
+    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    transport = _CountingTransport(
+        TransportSettings(f"127.0.0.1:{free_port()}", "away", flush_interval=0.02), registry, list
+    )
+    try:
+        transport.submit(finished_request(1, fid))
+        assert eventually(lambda: transport.pending == 0 and transport.passes > 0, timeout=30)
+        settled = transport.passes
+        time.sleep(2.0)  # 100 flush intervals; attempts back off from 0.5 s, doubling
+        assert transport.passes - settled <= 20, transport.passes - settled
+    finally:
+        transport.stop(timeout=1)
+
+
 def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
     """All stored and nothing new for `idle_close`: the stream ends, and with it gRPC's
     reader and channel threads, which take the GIL several times a second while it is open;
