@@ -1080,7 +1080,6 @@ fallback:
 static PyMemberDef dispatch_members[] = {
     {"__self__", T_OBJECT, offsetof(Dispatch, middleware), READONLY,
      "the middleware whose dispatch this is"},
-    {"app", T_OBJECT, offsetof(Dispatch, app), READONLY, "the app it calls"},
     {NULL},
 };
 

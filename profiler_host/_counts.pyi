@@ -48,7 +48,6 @@ class Dispatch:
     """The ASGI middleware's dispatch, in C for a request that is not sampled."""
 
     __self__: Any
-    app: Callable[[Any, Any, Any], Awaitable[Any]]
     def __new__(
         cls,
         app: Callable[[Any, Any, Any], Awaitable[Any]],

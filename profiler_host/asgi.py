@@ -59,7 +59,7 @@ class ProfilerMiddleware:
         method = scope.get("method", "GET") if kind == "http" else "WEBSOCKET"
         if forced or profiler.decide(path):
             return self.sampled(profiler, scope, receive, send, path, method, forced)
-        return profiler.counts.counted(send, path, method).run(self.app, scope, receive, ASGI_ROUTE)
+        return _counted(profiler, self.app, scope, receive, send, path, method)
 
     def sampled(
         self,
@@ -76,7 +76,21 @@ class ProfilerMiddleware:
         request = profiler.open(path, method, forced)
         if request is not None:
             return _recorded(profiler, request, self.app, scope, receive, send)
-        return profiler.counts.counted(send, path, method).run(self.app, scope, receive, ASGI_ROUTE)
+        return _counted(profiler, self.app, scope, receive, send, path, method)
+
+
+def _counted(
+    profiler: Profiler,
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    path: str,
+    method: str,
+) -> Awaitable[None]:
+    """A request not recorded: the app awaited through the count table's awaitable, which
+    counts it as it ends (`Counted.run`, C where built)."""
+    return profiler.counts.counted(send, path, method).run(app, scope, receive, ASGI_ROUTE)
 
 
 async def _recorded(

@@ -426,8 +426,8 @@ class Transport:
         if self.refused is not None:
             self._discard(self.refused)
             return
-        room = not self.over_budget()
         spare = self.settings.buffer_bytes - self.backlog_bytes
+        room = spare > 0  # not over budget
         announced = self.batcher.announced
         finished: list[Request] = []
         while self._finished:

@@ -207,7 +207,7 @@ def test_the_c_dispatch_does_what_the_python_one_does(
         ),
         "python": middleware.python_dispatch,
     }
-    cases = {**{name: (scope, False) for name, scope in SCOPES.items()}}
+    cases = {name: (scope, False) for name, scope in SCOPES.items()}
     cases["a dict subclass"] = (_Scope(http("/sub")), False)
     cases["keywords"] = (http("/kw"), True)
     seen: dict[str, dict[str, tuple]] = {}
