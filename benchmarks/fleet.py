@@ -17,7 +17,7 @@ import numpy as np
 
 from benchmarks import profiling, results
 from benchmarks.load import SERVICE
-from benchmarks.server import ServerProcess, fresh_database
+from benchmarks.server import ServerProcess, fresh_database, thread_shares
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import METHOD, CallShape, hello, synthetic_batch
@@ -165,9 +165,9 @@ def run(
     json_path = results.path_for(name, ".json")
     profile_path = json_path.with_suffix(".prof") if profile else None
     with fresh_database(db) as url, ServerProcess(url, profile_to=profile_path) as server:
-        cpu0, client0 = server.cpu_seconds(), _client_cpu()
+        cpu0, client0, threads0 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
         out, start, deadline = asyncio.run(_drive(server.target, streams, rate, seconds, feed))
-        cpu1, client1 = server.cpu_seconds(), _client_cpu()
+        cpu1, client1, threads1 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
     wall = max(time.monotonic() - start, 1e-9)
     figures = {
         "db": db,
@@ -183,6 +183,10 @@ def run(
         "server_cpu_share": round((cpu1 - cpu0) / wall, 3),
         # what a batch costs the server whatever share of the core it got (a loaded machine)
         "server_cpu_ms_per_batch": round(1000 * (cpu1 - cpu0) / max(len(out.sent), 1), 3),
+        "server_threads_ms_per_batch": [
+            {**row, "ms_per_batch": round(1000 * row["cpu_s"] / max(len(out.sent), 1), 3)}
+            for row in thread_shares(threads0, threads1, wall)
+        ],
         "client_cpu_share": round((client1 - client0) / wall, 3),
         "rejected_batches": out.rejected,
         "unacked_batches": out.unacked,
@@ -224,6 +228,9 @@ def report(f: dict) -> None:
             ],
         )
     )
+    print("\nserver CPU per acked batch, by thread (kernel accounting; main runs the loop):")
+    for row in f["server_threads_ms_per_batch"]:
+        print(f"  {row['name']:<16} tid {row['tid']:<8} {row['ms_per_batch']} ms")
     for error in f["errors"][:5]:
         print(f"error: {error}")
     profiling.print_profile(f)

@@ -10,7 +10,7 @@ from sqlalchemy.engine import make_url
 
 from benchmarks import profiling, results
 from benchmarks.load import Feed, Load, build_feed
-from benchmarks.server import ServerProcess, backends_cpu, fresh_database
+from benchmarks.server import ServerProcess, backends_cpu, fresh_database, thread_shares
 from profiler_server.loadgen import CallShape
 
 SHAPE = CallShape(calls=200, depth=10, functions=40)  # 400 events per request
@@ -38,15 +38,6 @@ def _client_cpu() -> float:
 def _backends(url: str) -> dict[int, float]:
     database = make_url(url)
     return backends_cpu(database.database or "") if database.get_backend_name() != "sqlite" else {}
-
-
-def _thread_shares(before: dict, after: dict, wall: float) -> list[dict]:
-    rows = []
-    for tid, (name, seconds) in after.items():
-        used = seconds - before.get(tid, (name, 0.0))[1]
-        if used > 0.01 * wall:
-            rows.append({"tid": tid, "name": name, "cpu_s": round(used, 2)})
-    return sorted(rows, key=lambda r: -r["cpu_s"])
 
 
 def run(
@@ -86,7 +77,7 @@ def run(
         "events_per_second": round(outcome.events_per_second),
         "goal_events_per_second": GOALS[db],
         "server_cpu_share": round((cpu1 - cpu0) / wall, 3),
-        "server_threads": _thread_shares(threads0, threads1, wall),
+        "server_threads": thread_shares(threads0, threads1, wall),
         "client_cpu_share": round((client1 - client0) / wall, 3),
         "postgres_cpu_share": round(sum(v - pg0.get(k, 0.0) for k, v in pg1.items()) / wall, 3),
         "storage_write_share": round(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ CLIENT_CORE = 1
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 TICKS = os.sysconf("SC_CLK_TCK")
+PY_SPY_THREAD = re.compile(r'^Thread (\d+) \(\w+\): "([^"]*)"', re.MULTILINE)
 READY_LINE = re.compile(r"ingest on ([\d.]+):(\d+) \(gRPC\), HTTP on http://([\d.]+):(\d+)/")
 
 
@@ -81,6 +83,17 @@ def backends_cpu(database: str) -> dict[int, float]:
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
     return out
+
+
+def thread_shares(before: dict, after: dict, wall: float) -> list[dict]:
+    """The server's threads that used over 1% of `wall` between two `thread_cpu` readings:
+    the kernel's own account, so a thread waiting for the GIL counts nothing."""
+    rows = []
+    for tid, (name, seconds) in after.items():
+        used = seconds - before.get(tid, (name, 0.0))[1]
+        if used > 0.01 * wall:
+            rows.append({"tid": tid, "name": name, "cpu_s": round(used, 2)})
+    return sorted(rows, key=lambda r: -r["cpu_s"])
 
 
 class ServerProcess:
@@ -189,16 +202,27 @@ class ServerProcess:
         return stat_cpu(f"/proc/{self.pid}/stat")[1]
 
     def thread_cpu(self) -> dict[int, tuple[str, float]]:
-        """tid -> (name, CPU seconds). Python threads all show as `python`; the main thread
+        """tid -> (name, CPU seconds). The kernel names every Python thread `python`, so
+        Python's own names are read with py-spy where it is installed; the main thread
         (tid == pid) runs the asyncio loop (gRPC reads, protobuf decode, HTTP)."""
+        names = self._python_thread_names()
         out = {}
         for tid in os.listdir(f"/proc/{self.pid}/task"):
             try:
                 name, seconds = stat_cpu(f"/proc/{self.pid}/task/{tid}/stat")
             except (FileNotFoundError, ProcessLookupError):
                 continue
-            out[int(tid)] = ("main" if int(tid) == self.pid else name, seconds)
+            out[int(tid)] = (names.get(int(tid), name), seconds)
         return out
+
+    def _python_thread_names(self) -> dict[int, str]:
+        spy = shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        if spy is None:
+            return {self.pid: "main"}
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(self.pid)], capture_output=True, text=True, timeout=30
+        ).stdout
+        return {int(tid): name for tid, name in PY_SPY_THREAD.findall(dump)}
 
     def metrics(self) -> dict[str, float]:
         """The server's own counters and histogram sums from /metrics, by sample name."""
