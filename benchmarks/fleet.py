@@ -17,7 +17,13 @@ import numpy as np
 
 from benchmarks import profiling, results
 from benchmarks.load import SERVICE
-from benchmarks.server import ServerProcess, fresh_database, thread_shares
+from benchmarks.server import (
+    ServerProcess,
+    backends_cpu,
+    cpu_used,
+    fresh_database,
+    thread_shares,
+)
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.loadgen import METHOD, CallShape, hello, synthetic_batch
@@ -166,8 +172,10 @@ def run(
     profile_path = json_path.with_suffix(".prof") if profile else None
     with fresh_database(db) as url, ServerProcess(url, profile_to=profile_path) as server:
         cpu0, client0, threads0 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
+        pg0 = backends_cpu(url)
         out, start, deadline = asyncio.run(_drive(server.target, streams, rate, seconds, feed))
         cpu1, client1, threads1 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
+        pg1 = backends_cpu(url)
     wall = max(time.monotonic() - start, 1e-9)
     figures = {
         "db": db,
@@ -188,6 +196,7 @@ def run(
             for row in thread_shares(threads0, threads1, wall)
         ],
         "client_cpu_share": round((client1 - client0) / wall, 3),
+        "postgres_cpu_share": round(cpu_used(pg0, pg1) / wall, 3),
         "rejected_batches": out.rejected,
         "unacked_batches": out.unacked,
         "errors": out.errors[:20],
@@ -220,6 +229,7 @@ def report(f: dict) -> None:
                 ("server CPU (of one core)", f"{f['server_cpu_share']:.0%}"),
                 ("server CPU per acked batch", f"{f['server_cpu_ms_per_batch']} ms"),
                 ("client CPU (of one core)", f"{f['client_cpu_share']:.0%}"),
+                ("PostgreSQL backends' CPU (of one core)", f"{f['postgres_cpu_share']:.0%}"),
                 (
                     "acked / rejected / unacked",
                     f"{f['acked_batches']} / {f['rejected_batches']} / {f['unacked_batches']}",

@@ -6,11 +6,15 @@ from __future__ import annotations
 import resource
 import time
 
-from sqlalchemy.engine import make_url
-
 from benchmarks import profiling, results
 from benchmarks.load import Feed, Load, build_feed
-from benchmarks.server import ServerProcess, backends_cpu, fresh_database, thread_shares
+from benchmarks.server import (
+    ServerProcess,
+    backends_cpu,
+    cpu_used,
+    fresh_database,
+    thread_shares,
+)
 from profiler_server.loadgen import CallShape
 
 SHAPE = CallShape(calls=200, depth=10, functions=40)  # 400 events per request
@@ -35,11 +39,6 @@ def _client_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _backends(url: str) -> dict[int, float]:
-    database = make_url(url)
-    return backends_cpu(database.database or "") if database.get_backend_name() != "sqlite" else {}
-
-
 def run(
     db: str,
     seconds: float,
@@ -55,12 +54,12 @@ def run(
     profile_path = json_path.with_suffix(".prof") if profile else None
     with fresh_database(db) as url, ServerProcess(url, profile_to=profile_path) as server:
         metrics0, threads0 = server.metrics(), server.thread_cpu()
-        cpu0, pg0, client0 = server.cpu_seconds(), _backends(url), _client_cpu()
+        cpu0, pg0, client0 = server.cpu_seconds(), backends_cpu(url), _client_cpu()
         load = Load(server.target, [feed] * streams, window, seconds)
         load.start()
         outcome = load.join()
         wall = outcome.seconds
-        cpu1, pg1, client1 = server.cpu_seconds(), _backends(url), _client_cpu()
+        cpu1, pg1, client1 = server.cpu_seconds(), backends_cpu(url), _client_cpu()
         metrics1, threads1 = server.metrics(), server.thread_cpu()
     delta = {k: v - metrics0.get(k, 0.0) for k, v in metrics1.items()}
     writes = delta.get("profiler_storage_write_seconds_count", 0.0)
@@ -79,7 +78,7 @@ def run(
         "server_cpu_share": round((cpu1 - cpu0) / wall, 3),
         "server_threads": thread_shares(threads0, threads1, wall),
         "client_cpu_share": round((client1 - client0) / wall, 3),
-        "postgres_cpu_share": round(sum(v - pg0.get(k, 0.0) for k, v in pg1.items()) / wall, 3),
+        "postgres_cpu_share": round(cpu_used(pg0, pg1) / wall, 3),
         "storage_write_share": round(
             delta.get("profiler_storage_write_seconds_sum", 0.0) / wall, 3
         ),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -68,9 +68,13 @@ def stat_cpu(path: str) -> tuple[str, float]:
     return comm, user + system
 
 
-def backends_cpu(database: str) -> dict[int, float]:
-    """pid -> CPU seconds of the PostgreSQL backends serving `database` (their process title
-    names it). They compete with the server and the client for the machine's two cores."""
+def backends_cpu(url: str) -> dict[int, float]:
+    """pid -> CPU seconds of the PostgreSQL backends serving the database of `url` (their
+    process title names it; none for SQLite). They compete with the server and the client
+    for the machine's two cores."""
+    database = make_url(url)
+    if database.get_backend_name() == "sqlite":
+        return {}
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -78,11 +82,16 @@ def backends_cpu(database: str) -> dict[int, float]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 title = f.read().replace(b"\0", b" ").decode(errors="replace")
-            if title.startswith("postgres: ") and f" {database} " in title:
+            if title.startswith("postgres: ") and f" {database.database} " in title:
                 out[int(pid)] = stat_cpu(f"/proc/{pid}/stat")[1]
         except (FileNotFoundError, ProcessLookupError, ValueError):
             continue
     return out
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two `backends_cpu` readings (processes that came and went too)."""
+    return sum(v - before.get(k, 0.0) for k, v in after.items())
 
 
 def thread_shares(before: dict, after: dict, wall: float) -> list[dict]:

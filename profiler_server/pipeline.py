@@ -1,8 +1,10 @@
 """The ingest worker: it groups queued host messages, hands them to the session lifecycle
-(worker/lifecycle.py), commits one storage transaction per group and sends the acks.
-Housekeeping runs between groups on its own schedule, retention on its own thread
-(worker/housekeeping.py). A single thread owns all session state, so nothing in it needs a
-lock; streams talk to it through a bounded queue (which is the backpressure)."""
+(worker/lifecycle.py) and assembles what they finish; the storer (worker/storer.py)
+commits one storage transaction per group on its own thread, in order, and sends the acks
+after it, while the worker assembles the next group. Housekeeping runs between groups on
+its own schedule, retention on its own thread (worker/housekeeping.py). A single thread
+owns all session state, so nothing in it needs a lock; streams talk to it through a
+bounded queue (which is the backpressure)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import grpc
 from sqlalchemy import Engine
@@ -28,6 +31,7 @@ from profiler_server.storage.writer import StoredRequests, Writer, WriteSet
 from profiler_server.worker.group import Group, Inbound, Stream, events
 from profiler_server.worker.housekeeping import Housekeeping, Retention
 from profiler_server.worker.lifecycle import Sessions
+from profiler_server.worker.storer import Storer
 
 __all__ = ["Inbound", "Pipeline", "Stream"]
 
@@ -36,6 +40,15 @@ log = logging.getLogger(__name__)
 GROUP_MAX = 256  # messages per storage transaction
 GROUP_MAX_EVENTS = 100_000  # events per storage transaction: bounds its time, so the ack lag
 STOP_SLACK = 5.0  # seconds past the stop timeout for the group in hand
+
+
+@dataclass
+class Assembled:
+    """A group ready to store: its messages, what they made, the problems they counted."""
+
+    items: list[Inbound]
+    group: Group
+    problems: Counter
 
 
 def _message_at_fault(exc: Exception) -> bool:
@@ -78,6 +91,7 @@ class Pipeline:
         self.lifecycle = Sessions(engine, self.owner, limits, self.write_lock)
         self.housekeeping = Housekeeping(settings, self.lifecycle)
         self.retention = Retention(engine, settings, self.write_lock)
+        self.storer: Storer[Assembled] = Storer(self._store)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._deadline = 0.0
@@ -89,6 +103,9 @@ class Pipeline:
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
+        """Starts the worker and its storer (a worker not started, as in tests, stores each
+        group before `_process` returns)."""
+        self.storer.start()
         self._thread = threading.Thread(target=self._run, name="profiler-ingest", daemon=True)
         self._thread.start()
         self.retention.start()
@@ -106,6 +123,7 @@ class Pipeline:
         if self._thread.is_alive():
             log.error("the ingest worker is still storing a group at shutdown; its acks are lost")
         self._thread = None
+        self.storer.stop(STOP_SLACK)
 
     def submit(self, item: Inbound) -> bool:
         try:
@@ -119,6 +137,7 @@ class Pipeline:
         while True:
             stopping = self._stopping.is_set()
             if stopping and (self.queue.empty() or time.monotonic() >= self._deadline):
+                self.catch_up()
                 self._abandon()
                 return
             wait = 0.05 if stopping else self.housekeeping.wait(self.clock())
@@ -126,6 +145,8 @@ class Pipeline:
             self.health.backlog.set(self.queue.qsize())
             if items:
                 self._process(items)
+            else:
+                self.catch_up()
             if not stopping and self.housekeeping.due(self.clock()):
                 self._housekeep()
 
@@ -179,20 +200,72 @@ class Pipeline:
 
     # --- one group ---------------------------------------------------------------------------
     def _process(self, items: list[Inbound]) -> None:
-        """Assembles, stores and acks one group; a group that cannot be stored is split
-        until the message at fault is found and rejected, so the others are stored."""
+        """Assembles one group and hands it to the storer; what the storer gave back (a
+        group that failed, and those after it) is redone first, one group at a time."""
+        if not self.storer.running:
+            self._process_now(items)
+        else:
+            self._redo_returned()
+            job = Assembled(items, Group(), Counter())
+            try:
+                self._assemble(items, job.group, job.problems)
+            except Exception:  # redone alone, after what is before it
+                self.storer.wait_idle()
+                self._redo_returned(job)
+            else:
+                self.storer.submit(job)
+        self.health.open_requests.set(self.lifecycle.open_requests())
+
+    def catch_up(self) -> None:
+        """Waits for the storer and redoes what it gave back: then every group handed in
+        is stored or rejected (when the queue is empty, and in tests)."""
+        self.storer.wait_idle()
+        self._redo_returned()
+
+    def _assemble(self, items: list[Inbound], group: Group, problems: Counter) -> None:
+        now = self.clock()
+        for item in items:
+            if item.hello is not None:
+                self.lifecycle.hello(item, group, now)
+            elif item.batch is not None:
+                self.lifecycle.batch(item, group, now, problems)
+            elif item.closed:
+                self.lifecycle.closed(item, group, now)
+        self._settle(group, problems)
+
+    def _store(self, job: Assembled) -> None:
+        """The storer's step: commit, then metrics and acks (raises if the commit fails)."""
+        stored = self._write(job.group)
+        self._publish(job.group, job.problems, stored)
+
+    def _redo_returned(self, *also: Assembled) -> None:
+        """Redoes, one group at a time, the groups the storer gave back and `also`: their
+        sessions are first put back as the database has them, since each was assembled
+        on the state a group that was not stored left in memory."""
+        redo = [*self.storer.returned(), *also]
+        if not redo:
+            return
+        touched = Group()
+        for job in redo:
+            touched.sessions.update(job.group.sessions)
+        try:
+            self.lifecycle.reset(touched, self.clock())
+        except Exception:
+            log.exception("ingest worker: cannot rebuild sessions, dropping them")
+            streams = [item.stream for job in redo for item in job.items]
+            self.lifecycle.forget(touched, "profiling server error", streams)
+            return
+        for job in redo:
+            self._process_now(job.items)
+
+    def _process_now(self, items: list[Inbound]) -> None:
+        """Assembles, stores and acks one group on this thread; a group that cannot be
+        stored is split until the message at fault is found and rejected, so the others
+        are stored."""
         group = Group()
         problems: Counter = Counter()
         try:
-            now = self.clock()
-            for item in items:
-                if item.hello is not None:
-                    self.lifecycle.hello(item, group, now)
-                elif item.batch is not None:
-                    self.lifecycle.batch(item, group, now, problems)
-                elif item.closed:
-                    self.lifecycle.closed(item, group, now)
-            self._settle(group, problems)
+            self._assemble(items, group, problems)
             stored = self._write(group)
         except Exception as exc:  # the worker must survive anything; its state may not
             self._failed(items, group, exc)
@@ -201,7 +274,8 @@ class Pipeline:
 
     def _housekeep(self) -> None:
         """Housekeeping's transaction: what it does never holds up, or fails, a group of
-        host messages."""
+        host messages. It runs with the storer idle, on the state the database has."""
+        self.catch_up()
         group = Group()
         problems: Counter = Counter()
         try:
@@ -215,6 +289,7 @@ class Pipeline:
             )
             return
         self._publish(group, problems, stored)
+        self.health.open_requests.set(self.lifecycle.open_requests())
 
     def _settle(self, group: Group, problems: Counter) -> None:
         """Finishes the group's complete requests and spools its batches."""
@@ -223,18 +298,12 @@ class Pipeline:
         finishing = [(s, c) for s in list(group.sessions.values()) if (c := s.complete())]
         if finishing:
             self.lifecycle.finish(finishing, group, problems)
+        received_at = time.time()
         for session, seq, raw in group.batches:
             payload = raw if session.holds_open(seq) else None
             if payload is not None:
                 session.spooled.add(seq)
-            group.ws.spool.append(
-                {
-                    "session_id": session.id,
-                    "seq": seq,
-                    "received_at": time.time(),
-                    "payload": payload,
-                }
-            )
+            group.ws.spool.append((session.id, seq, received_at, payload))
         group.ws.route_minutes = group.route_minutes.rows()
 
     def _write(self, group: Group) -> StoredRequests:
@@ -255,14 +324,12 @@ class Pipeline:
             self.profiles.requests.record(group.ws.route_minutes)
             for listener in self.listeners:
                 listener(stored)
-            for row in stored.rows:
-                self.health.count_stored(row["service"], row["truncated"])
+            self.health.count_stored(stored.rows)
             for service, req_drops, event_drops in group.drops:
                 self.health.count_host_drops(service, req_drops, event_drops)
             self.health.batches.inc(group.batches_received)
             self.health.events.inc(group.events_received)
             self.health.count_problems(problems)
-            self.health.open_requests.set(self.lifecycle.open_requests())
         except Exception:
             log.exception("metrics of a stored group failed")
         for stream, ack in group.acks.values():
@@ -297,8 +364,8 @@ class Pipeline:
             return
         log.warning("a group of %d messages cannot be stored (%r): splitting it", len(items), exc)
         half = len(items) // 2
-        self._process(items[:half])
-        self._process(items[half:])
+        self._process_now(items[:half])
+        self._process_now(items[half:])
 
     def _database_works(self) -> bool:
         """Whether a transaction of the usual kind commits: if it does not either, the fault

@@ -135,6 +135,60 @@ def test_a_batch_the_store_refuses_is_rejected_alone(pipeline, monkeypatch) -> N
     assert streams[1].seqs("stored") == {2, 3}
 
 
+def request_part(seq: int, request_id: int, part: str) -> ingest_pb2.Batch:
+    """Half of request `request_id` calling app:f: its start and enter, or its exit and end."""
+    builder = BatchBuilder()
+    t0 = 1_000_000
+    if part == "start":
+        builder.function(1, "app", "f", "app/f.py", 3)
+        builder.start(request_id, "/split", "GET", t0)
+        builder.run(request_id, 0, bytes([0]), [1], [1], [t0 + 10])
+    else:
+        builder.run(request_id, 0, bytes([1]), [1], [1], [t0 + 20])
+        builder.end(request_id, t0 + 30, 200)
+    return builder.build(seq)
+
+
+def test_groups_assembled_on_one_the_store_refuses_are_redone_with_it(pipeline, monkeypatch):
+    """The storer writes a group while the worker assembles the next on the state the first
+    left in memory. When the first fails, both are redone from the database's state: the
+    refused batch is rejected alone, and a request begun in the first and ended in the
+    second is stored whole, once."""
+    monkeypatch.setattr(session_module, "storable", lambda text, limit, problems: text)
+    pipeline.storer.start()
+    try:
+        streams = [FakeStream() for _ in range(2)]
+        hellos = [hello(f"host{i}") for i in range(2)]
+        pipeline._process([Inbound(s, hello=h) for s, h in zip(streams, hellos, strict=True)])
+        pipeline.catch_up()
+        with pipeline.write_lock:  # the storer waits on the first group below
+            pipeline._process(
+                [
+                    Inbound(streams[0], batch=request_part(1, 7, "start")),
+                    Inbound(streams[1], batch=request_batch(1, "/x\x00y")),
+                ]
+            )
+            pipeline._process(
+                [
+                    Inbound(streams[0], batch=request_part(2, 7, "end")),
+                    Inbound(streams[1], batch=request_batch(2, "/after")),
+                ]
+            )
+        pipeline.catch_up()
+    finally:
+        pipeline.storer.stop(10)
+
+    assert [s.aborted for s in streams] == [[], []]
+    assert (streams[0].seqs("stored"), streams[0].seqs("rejected")) == ({1, 2}, set())
+    assert (streams[1].seqs("stored"), streams[1].seqs("rejected")) == ({2}, {1})
+    assert pipeline.health.rejected.labels(P.UNSTORABLE_BATCH)._value.get() == 1
+    with pipeline.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT session_id, route, events FROM requests").all()
+    sid = [str(uuid.UUID(bytes=h.session_id)) for h in hellos]
+    assert sorted(rows) == sorted([(sid[0], "/split", 2), (sid[1], "/after", 2)])
+    assert not pipeline.sessions[sid[0]].pending
+
+
 # --- the whole story: a profiled app, a URL with a NUL, PostgreSQL, another host --------------
 
 

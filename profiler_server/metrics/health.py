@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import collections
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -108,11 +109,19 @@ class ServerHealth:
             registry=registry,
         )
 
-    def count_stored(self, service: str, truncated: bool) -> None:
-        label = self.services(service)
-        self.requests_stored.labels(label).inc()
-        if truncated:
-            self.requests_truncated.labels(label).inc()
+    def count_stored(self, rows: Iterable[Mapping]) -> None:
+        """Counts stored request rows per service: one increment per service and group,
+        not per request (a fleet's group holds a request from each of hundreds of hosts)."""
+        stored: collections.Counter[str] = collections.Counter()
+        truncated: collections.Counter[str] = collections.Counter()
+        for row in rows:
+            stored[row["service"]] += 1
+            truncated[row["service"]] += row["truncated"]
+        for service, n in stored.items():
+            label = self.services(service)
+            self.requests_stored.labels(label).inc(n)
+            if truncated[service]:
+                self.requests_truncated.labels(label).inc(truncated[service])
 
     def count_host_drops(
         self, service: str, requests: Mapping[str, int], events: Mapping[str, int]

@@ -124,7 +124,7 @@ class WriteSet:
     heartbeats: list[str] = field(default_factory=list)
     functions: list[dict] = field(default_factory=list)  # id, name, file, line, kind
     session_functions: list[dict] = field(default_factory=list)
-    spool: list[dict] = field(default_factory=list)
+    spool: list[tuple] = field(default_factory=list)  # in SPOOL_COLUMNS order
     release: list[tuple[str, int]] = field(default_factory=list)
     requests: list[StoredRequests] = field(default_factory=list)  # one entry per session
     route_minutes: list[tuple] = field(default_factory=list)  # route_minutes rows
@@ -170,6 +170,7 @@ _FUNCTION_BUCKET_TOTALS = (CALLS, TOTAL, SELF, ACTIVE, AWAIT, READY, MAX, MAX_SL
 _FUNCTION_BUCKET_COLUMNS = tuple(schema.function_buckets.c.keys())
 _ROUTE_MINUTE_COLUMNS = tuple(schema.route_minutes.c.keys())
 _ROUTE_ROLLUP_COLUMNS = tuple(schema.route_rollups.c.keys())
+SPOOL_COLUMNS = tuple(schema.spool.c.keys())
 
 
 @cache
@@ -316,8 +317,8 @@ class Writer:
                     [{"sid": sid} for sid in ws.heartbeats],
                 )
             new_functions = self._insert_functions(conn, ws)
-            if ws.spool:
-                conn.execute(_insert(conn, schema.spool).on_conflict_do_nothing(), ws.spool)
+            if ws.spool:  # a batch resent after its commit was not acked is there already
+                _BULK[conn.dialect.name].insert_new(conn, schema.spool, SPOOL_COLUMNS, ws.spool)
             if ws.release:
                 conn.execute(
                     update(schema.spool)
