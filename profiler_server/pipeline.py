@@ -214,7 +214,6 @@ class Pipeline:
                 self._redo_returned(job)
             else:
                 self.storer.submit(job)
-        self.health.open_requests.set(self.lifecycle.open_requests())
 
     def catch_up(self) -> None:
         """Waits for the storer and redoes what it gave back: then every group handed in

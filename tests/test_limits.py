@@ -138,7 +138,7 @@ def test_open_requests_beyond_the_session_limit_store_the_oldest_truncated(start
     (evicted,) = eventually(lambda: stored_requests(server.http, service="shop"))
     assert evicted["route"] == "/r1" and evicted["truncated"]
     assert counted(server, P.OPEN_REQUEST_LIMIT) == 1
-    assert open_requests(server) == 2
+    assert eventually(lambda: open_requests(server) == 2, timeout=5)
     late = BatchBuilder()
     late.end(1, t0 + 100, 200)  # the evicted request's end comes after all
     late.end(2, t0 + 100, 200)
@@ -146,7 +146,7 @@ def test_open_requests_beyond_the_session_limit_store_the_oldest_truncated(start
     assert stream.wait_acked({2})
     assert eventually(lambda: len(stored_requests(server.http, service="shop")) == 2)
     assert counted(server, P.EVENTS_AFTER_END) == 1
-    assert open_requests(server) == 1
+    assert eventually(lambda: open_requests(server) == 1, timeout=5)
     stream.close()
 
 
@@ -171,7 +171,7 @@ def test_request_starts_without_events_count_toward_the_open_events_limit(start)
         "/r3",
     }
     assert counted(server, P.MEMORY_LIMIT) == 3
-    assert open_requests(server) == 2
+    assert eventually(lambda: open_requests(server) == 2, timeout=5)
     stream.close()
 
 
