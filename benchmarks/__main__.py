@@ -91,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=30.0, help="sending time")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds not measured")
     p.add_argument("--profile", action="store_true", help="run the server under cProfile")
+    p.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the baseline run against benchmarks/grpc_floor.py (gRPC and decoding alone)",
+    )
     p = sub.add_parser("stages", help="ingest time per stage, in-process, without a profiler")
     p.add_argument("--db", choices=DBS, default="sqlite")
     p.add_argument("--batches", type=int, default=40, help="batches of 20k events")
@@ -211,6 +217,7 @@ ALL = (
     ["ingest", "--db", "sqlite", "--seconds", "20", "--profile"],
     ["fleet", "--db", "sqlite"],
     ["fleet", "--db", "sqlite", "--rate", "0"],
+    ["fleet", "--db", "postgresql", "--rate", "0"],
     ["stages", "--db", "sqlite"],
     ["stages", "--db", "postgresql"],
     ["depth", "--db", "sqlite"],
@@ -229,7 +236,9 @@ def _run(args: argparse.Namespace) -> None:
     if args.benchmark == "ingest":
         ingest.run(args.db, args.seconds, args.streams, args.window, args.batches, args.profile)
     elif args.benchmark == "fleet":
-        fleet.run(args.db, args.streams, args.rate, args.seconds, args.warmup, args.profile)
+        fleet.run(
+            args.db, args.streams, args.rate, args.seconds, args.warmup, args.profile, args.floor
+        )
     elif args.benchmark == "stages":
         stages.run(args.db, args.batches, args.group)
     elif args.benchmark == "depth":

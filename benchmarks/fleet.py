@@ -10,6 +10,7 @@ import random
 import resource
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -34,6 +35,8 @@ ACK_TIMEOUT = 30.0
 GOAL_BATCHES = 5_000
 GOAL_P99_S = 1.0
 PROFILE_TOP = 25
+FLOOR_MODULE = "benchmarks.grpc_floor"
+NO_DATABASE = "sqlite://"  # the floor stores nothing
 
 
 def build_feed(batches: int) -> list[bytes]:
@@ -162,37 +165,30 @@ def _figures(out: FleetResult, start: float, deadline: float, warmup: float) -> 
     }
 
 
-def run(
-    db: str, streams: int, rate: float, seconds: float, warmup: float, profile: bool = False
+def _measured(
+    server: ServerProcess,
+    url: str,
+    streams: int,
+    rate: float,
+    seconds: float,
+    warmup: float,
+    feed: list[bytes],
 ) -> dict:
-    batches = int(seconds * rate) + 2 if rate else int(seconds * 100) + 2
-    feed = build_feed(batches)
-    name = f"fleet-{db}" + ("-profiled" if profile else "")
-    json_path = results.path_for(name, ".json")
-    profile_path = json_path.with_suffix(".prof") if profile else None
-    with fresh_database(db) as url, ServerProcess(url, profile_to=profile_path) as server:
-        cpu0, client0, threads0 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
-        pg0 = backends_cpu(url)
-        out, start, deadline = asyncio.run(_drive(server.target, streams, rate, seconds, feed))
-        cpu1, client1, threads1 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
-        pg1 = backends_cpu(url)
+    """Drives `server` with the fleet; its figures and the CPU each side used."""
+    cpu0, client0, threads0 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
+    pg0 = backends_cpu(url)
+    out, start, deadline = asyncio.run(_drive(server.target, streams, rate, seconds, feed))
+    cpu1, client1, threads1 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
+    pg1 = backends_cpu(url)
     wall = max(time.monotonic() - start, 1e-9)
-    figures = {
-        "db": db,
-        "profiled": profile,
-        "streams": streams,
-        "rate_per_stream": rate or "max (one batch in flight per stream)",
-        "seconds": seconds,
-        "warmup_s": warmup,
-        "events_per_batch": 2 * SHAPE.calls,
+    acked = max(len(out.sent), 1)
+    return {
         **_figures(out, start, deadline, min(warmup, seconds / 2)),
-        "goal_batches_per_second": GOAL_BATCHES,
-        "goal_ack_p99_s": GOAL_P99_S,
         "server_cpu_share": round((cpu1 - cpu0) / wall, 3),
         # what a batch costs the server whatever share of the core it got (a loaded machine)
-        "server_cpu_ms_per_batch": round(1000 * (cpu1 - cpu0) / max(len(out.sent), 1), 3),
+        "server_cpu_ms_per_batch": round(1000 * (cpu1 - cpu0) / acked, 3),
         "server_threads_ms_per_batch": [
-            {**row, "ms_per_batch": round(1000 * row["cpu_s"] / max(len(out.sent), 1), 3)}
+            {**row, "ms_per_batch": round(1000 * row["cpu_s"] / acked, 3)}
             for row in thread_shares(threads0, threads1, wall)
         ],
         "client_cpu_share": round((client1 - client0) / wall, 3),
@@ -201,8 +197,52 @@ def run(
         "unacked_batches": out.unacked,
         "errors": out.errors[:20],
         "error_count": len(out.errors),
-        "server_exit_code": server.returncode,
     }
+
+
+def run(
+    db: str,
+    streams: int,
+    rate: float,
+    seconds: float,
+    warmup: float,
+    profile: bool = False,
+    floor: bool = True,
+) -> dict:
+    """The fleet against the server, and first (`floor`) against benchmarks/grpc_floor.py,
+    the cost of gRPC and the wire format alone, in the same run."""
+    batches = int(seconds * rate) + 2 if rate else int(seconds * 100) + 2
+    feed = build_feed(batches)
+    name = f"fleet-{db}" + ("-profiled" if profile else "")
+    json_path = results.path_for(name, ".json")
+    profile_path = json_path.with_suffix(".prof") if profile else None
+    figures: dict = {
+        "db": db,
+        "profiled": profile,
+        "streams": streams,
+        "rate_per_stream": rate or "max (one batch in flight per stream)",
+        "seconds": seconds,
+        "warmup_s": warmup,
+        "events_per_batch": 2 * SHAPE.calls,
+        "goal_batches_per_second": GOAL_BATCHES,
+        "goal_ack_p99_s": GOAL_P99_S,
+    }
+    if floor:
+        with ServerProcess(NO_DATABASE, module=FLOOR_MODULE) as server:
+            figures["floor"] = _measured(server, NO_DATABASE, streams, rate, seconds, warmup, feed)
+    with fresh_database(db) as url, ServerProcess(url, profile_to=profile_path) as server:
+        figures.update(_measured(server, url, streams, rate, seconds, warmup, feed))
+    figures["server_exit_code"] = server.returncode
+    if floor:
+        base = figures["floor"]
+        figures["of_floor"] = {
+            "batches_per_second": round(
+                figures["batches_per_second"] / max(base["batches_per_second"], 1e-9), 3
+            ),
+            "server_cpu_per_batch": round(
+                figures["server_cpu_ms_per_batch"] / max(base["server_cpu_ms_per_batch"], 1e-9), 2
+            ),
+        }
     if profile_path is not None:
         figures["profile_file"] = str(profile_path)
         figures["profile_top"] = profiling.top(profile_path, "tottime", PROFILE_TOP)
@@ -213,34 +253,44 @@ def run(
 
 
 def report(f: dict) -> None:
+    base = f.get("floor")
+    header = ("fleet", "server") + (("gRPC floor", "server / floor") if base else ())
+
+    def row(label: str, key: str, show: Callable[[object], str] = str, ratio: str = "") -> tuple:
+        cells = (label, show(f[key]))
+        if base:
+            cells += (show(base[key]), str(f["of_floor"][ratio]) if ratio else "")
+        return cells
+
+    latency = "{ack_p50_s} / {ack_p99_s} / {ack_max_s}"
+    rows = [
+        ("database", f["db"] + (" (under cProfile)" if f["profiled"] else ""))
+        + (("none", "") if base else ()),
+        ("streams x rate", f"{f['streams']} x {f['rate_per_stream']}") + (("", "") if base else ()),
+        row("acked batches/s (steady)", "batches_per_second", "{:,}".format, "batches_per_second"),
+        ("ack p50 / p99 / max s", latency.format(**f))
+        + ((latency.format(**base), "") if base else ()),
+        ("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s")
+        + (("", "") if base else ()),
+        row("server CPU (of one core)", "server_cpu_share", "{:.0%}".format),
+        row(
+            "server CPU per acked batch, ms",
+            "server_cpu_ms_per_batch",
+            str,
+            "server_cpu_per_batch",
+        ),
+        row("client CPU (of one core)", "client_cpu_share", "{:.0%}".format),
+        row("PostgreSQL backends' CPU (of one core)", "postgres_cpu_share", "{:.0%}".format),
+        row("acked batches", "acked_batches"),
+        row("rejected batches", "rejected_batches"),
+        row("unacked batches", "unacked_batches"),
+        row("errors", "error_count"),
+    ]
     print()
-    print(
-        results.table(
-            ("fleet", "value"),
-            [
-                ("database", f["db"] + (" (under cProfile)" if f["profiled"] else "")),
-                ("streams x rate", f"{f['streams']} x {f['rate_per_stream']}"),
-                ("acked batches/s (steady)", f"{f['batches_per_second']:,}"),
-                (
-                    "ack p50 / p99 / max s",
-                    f"{f['ack_p50_s']} / {f['ack_p99_s']} / {f['ack_max_s']}",
-                ),
-                ("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s"),
-                ("server CPU (of one core)", f"{f['server_cpu_share']:.0%}"),
-                ("server CPU per acked batch", f"{f['server_cpu_ms_per_batch']} ms"),
-                ("client CPU (of one core)", f"{f['client_cpu_share']:.0%}"),
-                ("PostgreSQL backends' CPU (of one core)", f"{f['postgres_cpu_share']:.0%}"),
-                (
-                    "acked / rejected / unacked",
-                    f"{f['acked_batches']} / {f['rejected_batches']} / {f['unacked_batches']}",
-                ),
-                ("errors", f["error_count"]),
-            ],
-        )
-    )
+    print(results.table(header, rows))
     print("\nserver CPU per acked batch, by thread (kernel accounting; main runs the loop):")
-    for row in f["server_threads_ms_per_batch"]:
-        print(f"  {row['name']:<16} tid {row['tid']:<8} {row['ms_per_batch']} ms")
-    for error in f["errors"][:5]:
+    for thread in f["server_threads_ms_per_batch"]:
+        print(f"  {thread['name']:<16} tid {thread['tid']:<8} {thread['ms_per_batch']} ms")
+    for error in f["errors"][:5] + (base["errors"][:5] if base else []):
         print(f"error: {error}")
     profiling.print_profile(f)

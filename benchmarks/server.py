@@ -107,7 +107,8 @@ def thread_shares(before: dict, after: dict, wall: float) -> list[dict]:
 
 class ServerProcess:
     """`taskset -c 0 python -m profiler_server` on OS-chosen loopback ports (read from its
-    log). With `profile_to`, the server runs under cProfile (benchmarks/profiled_server.py)."""
+    log). With `profile_to`, the server runs under cProfile (benchmarks/profiled_server.py);
+    `module` runs another server taking the same options (benchmarks/grpc_floor.py)."""
 
     def __init__(
         self,
@@ -115,8 +116,10 @@ class ServerProcess:
         profile_to: Path | None = None,
         core: int = SERVER_CORE,
         options: tuple[str, ...] = (),
+        module: str = "profiler_server",
     ) -> None:
         self.db_url = db_url
+        self.module = module
         self.options = options
         self.core = core
         self.profile_to = profile_to
@@ -145,7 +148,7 @@ class ServerProcess:
 
     def start(self) -> None:
         if self.profile_to is None:
-            module = ["-m", "profiler_server"]
+            module = ["-m", self.module]
         else:
             module = ["-m", "benchmarks.profiled_server", str(self.profile_to)]
         command = [

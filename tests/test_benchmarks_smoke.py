@@ -24,7 +24,6 @@ TINY = {
     "ingest": ["--seconds", "2", "--batches", "5", "--streams", "1"],
     "stages": ["--batches", "2"],
     "depth": ["--rounds", "1", "--events", "2000", "--depths", "200", "--widths", "1000"],
-    "fleet": ["--streams", "20", "--seconds", "3", "--warmup", "1", "--rate", "0"],
     "memory": ["--seconds", "2", "--batches", "5", "--warmup", "1", "--interval", "0.5"],
     "queries": ["--requests", "200", "--routes", "3", "--days", "1"],
     "host-calls": ["--rounds", "1", "--calls", "2000"],
@@ -82,6 +81,18 @@ def test_benchmark_runs_at_a_tiny_size(benchmark: str, tmp_path: Path) -> None:
     out = bench([benchmark, *TINY[benchmark]], tmp_path)
     assert str(tmp_path) in out, out[-2000:]
     assert list(tmp_path.glob(f"{benchmark}-*")), out[-2000:]
+
+
+def test_fleet_sets_the_server_against_the_grpc_floor(tmp_path: Path) -> None:
+    bench(["fleet", "--streams", "20", "--seconds", "3", "--warmup", "1", "--rate", "0"], tmp_path)
+    result = only_result(tmp_path, "fleet-sqlite")
+    for run in (result, result["floor"]):
+        assert run["acked_batches"] > 0
+        assert (run["unacked_batches"], run["rejected_batches"], run["error_count"]) == (0, 0, 0)
+        assert run["server_cpu_ms_per_batch"] > 0
+    assert result["of_floor"]["batches_per_second"] > 0
+    assert result["server_exit_code"] == 0
+    assert {t["name"] for t in result["server_threads_ms_per_batch"]} >= {"profiler-ingest"}
 
 
 @pytest.fixture(scope="module")
