@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 GROUP_MAX = 256  # messages per storage transaction
 GROUP_MAX_EVENTS = 100_000  # events per storage transaction: bounds its time, so the ack lag
+GROUP_LINGER = 0.02  # seconds a group waits to fill: what an ack waits at most for it
 STOP_SLACK = 5.0  # seconds past the stop timeout for the group in hand
 
 
@@ -151,18 +152,27 @@ class Pipeline:
                 self._housekeep()
 
     def _next_group(self, wait: float) -> list[Inbound]:
-        """The messages of one transaction: what is queued, within the group bounds."""
+        """The messages of one transaction: what is queued, within the group bounds, and
+        what arrives within GROUP_LINGER of the first (a group has a fixed cost of a few
+        milliseconds: at a steady trickle, groups of one message each would spend most of
+        the core on it)."""
         try:
             first = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
         except queue.Empty:
             return []
         items = [first]
         count = events(first)
+        until = time.monotonic() + GROUP_LINGER
+        lingered = self._stopping.is_set()
         while len(items) < GROUP_MAX and count < GROUP_MAX_EVENTS:
             try:
                 nxt = self.queue.get_nowait()
             except queue.Empty:
-                break
+                if lingered:
+                    break
+                lingered = True  # one sleep, not a wake-up per message arriving
+                time.sleep(max(0.0, until - time.monotonic()))
+                continue
             items.append(nxt)
             count += events(nxt)
         return items
