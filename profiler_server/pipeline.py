@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 GROUP_MAX = 256  # messages per storage transaction
 GROUP_MAX_EVENTS = 100_000  # events per storage transaction: bounds its time, so the ack lag
 GROUP_LINGER = 0.02  # seconds a group waits to fill: what an ack waits at most for it
+LINGER_FROM = 2 / GROUP_LINGER  # messages/s from which a linger gathers more than one
 STOP_SLACK = 5.0  # seconds past the stop timeout for the group in hand
 
 
@@ -95,6 +96,9 @@ class Pipeline:
         self.storer: Storer[Assembled] = Storer(self._store)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._rate = 0.0  # messages taken per second, over the last whole second
+        self._rate_since = time.monotonic()
+        self._taken = 0
         self._deadline = 0.0
 
     @property
@@ -153,17 +157,20 @@ class Pipeline:
 
     def _next_group(self, wait: float) -> list[Inbound]:
         """The messages of one transaction: what is queued, within the group bounds, and
-        what arrives within GROUP_LINGER of the first (a group has a fixed cost of a few
-        milliseconds: at a steady trickle, groups of one message each would spend most of
-        the core on it)."""
+        when messages arrive at LINGER_FROM a second or more, what arrives within
+        GROUP_LINGER of the first. A group has a fixed cost of a few milliseconds: at a
+        steady stream from many hosts, groups of one message each would spend most of the
+        core on it. Below that rate a linger would gather nothing and only delay the ack
+        (a host holds what is not acked in its buffer)."""
         try:
             first = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
         except queue.Empty:
             return []
         items = [first]
         count = events(first)
-        until = time.monotonic() + GROUP_LINGER
-        lingered = self._stopping.is_set()
+        now = time.monotonic()
+        until = now + GROUP_LINGER
+        lingered = self._stopping.is_set() or self._rate < LINGER_FROM
         while len(items) < GROUP_MAX and count < GROUP_MAX_EVENTS:
             try:
                 nxt = self.queue.get_nowait()
@@ -175,6 +182,10 @@ class Pipeline:
                 continue
             items.append(nxt)
             count += events(nxt)
+        self._taken += len(items)
+        if now - self._rate_since >= 1.0:
+            self._rate = self._taken / (now - self._rate_since)
+            self._rate_since, self._taken = now, 0
         return items
 
     def _abandon(self) -> None:
