@@ -236,12 +236,11 @@ def run(
     if floor:
         base = figures["floor"]
         figures["of_floor"] = {
-            "batches_per_second": round(
-                figures["batches_per_second"] / max(base["batches_per_second"], 1e-9), 3
-            ),
-            "server_cpu_per_batch": round(
-                figures["server_cpu_ms_per_batch"] / max(base["server_cpu_ms_per_batch"], 1e-9), 2
-            ),
+            name: round(figures[key] / max(base[key], 1e-9), 3)
+            for name, key in (
+                ("batches_per_second", "batches_per_second"),
+                ("server_cpu_per_batch", "server_cpu_ms_per_batch"),
+            )
         }
     if profile_path is not None:
         figures["profile_file"] = str(profile_path)
@@ -256,22 +255,20 @@ def report(f: dict) -> None:
     base = f.get("floor")
     header = ("fleet", "server") + (("gRPC floor", "server / floor") if base else ())
 
+    def line(label: str, ours: str, floor: str = "", ratio: str = "") -> tuple:
+        return (label, ours, floor, ratio) if base else (label, ours)
+
     def row(label: str, key: str, show: Callable[[object], str] = str, ratio: str = "") -> tuple:
-        cells = (label, show(f[key]))
-        if base:
-            cells += (show(base[key]), str(f["of_floor"][ratio]) if ratio else "")
-        return cells
+        floor = show(base[key]) if base else ""
+        return line(label, show(f[key]), floor, str(f["of_floor"][ratio]) if ratio else "")
 
     latency = "{ack_p50_s} / {ack_p99_s} / {ack_max_s}"
     rows = [
-        ("database", f["db"] + (" (under cProfile)" if f["profiled"] else ""))
-        + (("none", "") if base else ()),
-        ("streams x rate", f"{f['streams']} x {f['rate_per_stream']}") + (("", "") if base else ()),
+        line("database", f["db"] + (" (under cProfile)" if f["profiled"] else ""), "none"),
+        line("streams x rate", f"{f['streams']} x {f['rate_per_stream']}"),
         row("acked batches/s (steady)", "batches_per_second", "{:,}".format, "batches_per_second"),
-        ("ack p50 / p99 / max s", latency.format(**f))
-        + ((latency.format(**base), "") if base else ()),
-        ("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s")
-        + (("", "") if base else ()),
+        line("ack p50 / p99 / max s", latency.format(**f), latency.format(**(base or f))),
+        line("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s"),
         row("server CPU (of one core)", "server_cpu_share", "{:.0%}".format),
         row(
             "server CPU per acked batch, ms",

@@ -67,16 +67,17 @@ def read_runs(events: ingest_pb2.Events) -> list[Run]:
     dozen events each, so it makes a handful of NumPy calls per batch, and none per run
     when one run is the whole batch."""
     lengths = events.run_length
-    total = len(events.kind)
+    kind = events.kind
+    total = len(kind)
     if not (len(events.run_request) == len(events.run_lane) == len(lengths)):
         raise MalformedEvents("run columns differ in length")
     if not (sum(lengths) == total == len(events.function) == len(events.call)):
         raise MalformedEvents("event columns differ in length")
     if len(events.time_delta) != total:
         raise MalformedEvents("time column differs in length")
-    if events.kind.translate(None, KINDS):
+    if kind.translate(None, KINDS):
         raise MalformedEvents("unknown event kind")
-    kinds = np.frombuffer(events.kind, dtype=np.uint8)
+    kinds = np.frombuffer(kind, dtype=np.uint8)
     functions = _column(events.function, np.int64)
     calls = _column(events.call, np.uint64)
     times = _times(events)

@@ -72,9 +72,8 @@ class Storer(Generic[Job]):
         idle; the line stores again after this. Cheap when nothing failed."""
         if not self._failed:
             return []
+        self.wait_idle()  # the worker, the only one to submit, is here: idle stays idle
         with self._lock:
-            while self._waiting or self._busy:
-                self._lock.wait()
             jobs, self._returned = self._returned, []
             self._failed = False
             return jobs
