@@ -35,6 +35,7 @@ ACK_TIMEOUT = 30.0
 GOAL_BATCHES = 5_000
 GOAL_P99_S = 1.0
 PROFILE_TOP = 25
+MAX_RATE = 1_000  # batches/s one stream sends at most with `rate` 0
 FLOOR_MODULE = "benchmarks.grpc_floor"
 NO_DATABASE = "sqlite://"  # the floor stores nothing
 
@@ -211,7 +212,8 @@ def run(
 ) -> dict:
     """The fleet against the server, and first (`floor`) against benchmarks/grpc_floor.py,
     the cost of gRPC and the wire format alone, in the same run."""
-    batches = int(seconds * rate) + 2 if rate else int(seconds * 100) + 2
+    # with `rate` 0, enough that no stream runs out, even against the floor
+    batches = int(seconds * (rate or MAX_RATE)) + 2
     feed = build_feed(batches)
     name = f"fleet-{db}" + ("-profiled" if profile else "")
     json_path = results.path_for(name, ".json")
@@ -236,7 +238,7 @@ def run(
     if floor:
         base = figures["floor"]
         figures["of_floor"] = {
-            name: round(figures[key] / max(base[key], 1e-9), 3)
+            name: round(figures[key] / base[key], 3) if base[key] else None
             for name, key in (
                 ("batches_per_second", "batches_per_second"),
                 ("server_cpu_per_batch", "server_cpu_ms_per_batch"),
