@@ -262,7 +262,7 @@ def report(f: dict) -> None:
 
     def row(label: str, key: str, show: Callable[[object], str] = str, ratio: str = "") -> tuple:
         floor = show(base[key]) if base else ""
-        return line(label, show(f[key]), floor, str(f["of_floor"][ratio]) if ratio else "")
+        return line(label, show(f[key]), floor, str(f["of_floor"][ratio]) if base and ratio else "")
 
     latency = "{ack_p50_s} / {ack_p99_s} / {ack_max_s}"
     rows = [

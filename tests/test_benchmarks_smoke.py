@@ -96,6 +96,15 @@ def test_fleet_sets_the_server_against_the_grpc_floor(tmp_path: Path) -> None:
     assert {t["name"] for t in result["server_threads_ms_per_batch"]} >= {"profiler-ingest"}
 
 
+def test_fleet_without_the_floor_reports_the_server_alone(tmp_path: Path) -> None:
+    fleet = ["fleet", "--streams", "5", "--seconds", "2", "--warmup", "1", "--rate", "0"]
+    out = bench([*fleet, "--no-floor"], tmp_path)
+    result = only_result(tmp_path, "fleet-sqlite")
+    assert "floor" not in result and "of_floor" not in result
+    assert result["acked_batches"] > 0
+    assert "gRPC floor" not in out
+
+
 @pytest.fixture(scope="module")
 def overhead_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny host-app, host-app-versions and host-instructions run each, in one results
