@@ -30,6 +30,7 @@ from benchmarks import (
     ui_render,
 )
 from benchmarks.server import CLIENT_CORE
+from profiler_server import pipeline
 
 DBS = ("sqlite", "postgresql")
 
@@ -99,8 +100,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p = sub.add_parser("stages", help="ingest time per stage, in-process, without a profiler")
     p.add_argument("--db", choices=DBS, default="sqlite")
-    p.add_argument("--batches", type=int, default=40, help="batches of 20k events")
-    p.add_argument("--group", type=int, default=8, help="batches per storage transaction")
+    p.add_argument(
+        "--shape",
+        choices=("ingest", "fleet"),
+        default="ingest",
+        help="ingest: one session's batches of 20k events; fleet: many sessions' batches of "
+        "one 20-event request",
+    )
+    p.add_argument(
+        "--batches", type=int, help="batches (ingest: 40) or batches per session (fleet: 20)"
+    )
+    p.add_argument("--group", type=int, help="batches per transaction (ingest 8, fleet 256)")
+    p.add_argument("--sessions", type=int, default=1000, help="sessions of the fleet shape")
     p = sub.add_parser("depth", help="ingest time and memory per event: depth 10 to 16,000, width")
     p.add_argument("--db", choices=DBS, default="sqlite")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds of every shape")
@@ -240,7 +251,14 @@ def _run(args: argparse.Namespace) -> None:
             args.db, args.streams, args.rate, args.seconds, args.warmup, args.profile, args.floor
         )
     elif args.benchmark == "stages":
-        stages.run(args.db, args.batches, args.group)
+        fleet_shape = args.shape == "fleet"
+        stages.run(
+            args.db,
+            args.batches or (20 if fleet_shape else 40),
+            args.group or (pipeline.GROUP_MAX if fleet_shape else 8),
+            args.shape,
+            args.sessions,
+        )
     elif args.benchmark == "depth":
         depth.run(args.db, args.rounds, args.events, args.depths, args.widths)
     elif args.benchmark == "memory":

@@ -12,6 +12,7 @@ from contextlib import ExitStack, contextmanager
 from prometheus_client import CollectorRegistry
 
 from benchmarks import results
+from benchmarks.fleet import build_feed
 from benchmarks.ingest import build
 from benchmarks.load import SERVICE
 from benchmarks.server import fresh_database
@@ -66,9 +67,30 @@ def _timer(owner: object, name: str, stage: str, spent: Counter) -> Iterator[Non
         setattr(owner, name, original)
 
 
-def run(db: str, batches: int, group: int) -> dict:
-    """Feeds `batches` prebuilt batches through the pipeline, `group` per transaction."""
+def _ingest_groups(batches: int, group: int) -> tuple[int, list[list[tuple[int, bytes]]]]:
+    """One session's big batches, `group` per transaction: (sessions, groups of (session
+    index, serialized batch))."""
     feed = build(batches)
+    pairs = [(0, raw) for raw in feed.batches]
+    return 1, [pairs[first : first + group] for first in range(0, len(pairs), group)]
+
+
+def _fleet_groups(sessions: int, batches: int, group: int) -> tuple[int, list]:
+    """The fleet's shape (benchmarks/fleet.py): `sessions` sessions sending `batches`
+    small batches each, interleaved as a fleet's arrive, `group` per transaction."""
+    feed = build_feed(batches)
+    pairs = [(session, raw) for raw in feed for session in range(sessions)]
+    return sessions, [pairs[first : first + group] for first in range(0, len(pairs), group)]
+
+
+def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int = 1) -> dict:
+    """Feeds prebuilt batches through the pipeline in groups: the `ingest` shape is one
+    session's big batches (`batches` of 20k events), the `fleet` shape is `sessions`
+    sessions' small ones (`batches` each, of one 20-event request)."""
+    if shape == "fleet":
+        sessions, groups = _fleet_groups(sessions, batches, group)
+    else:
+        sessions, groups = _ingest_groups(batches, group)
     spent: Counter = Counter()
     with fresh_database(db) as url, ExitStack() as timers:
         engine = open_engine(url)
@@ -80,21 +102,23 @@ def run(db: str, batches: int, group: int) -> dict:
             ServerHealth(registry),
             ProfileMetrics(registry, DEFAULTS.top_k, DEFAULTS.top_functions, DEFAULTS.max_routes),
         )
-        stream = _Stream()
-        worker._process([pipeline.Inbound(stream, hello=hello(SERVICE))])
+        streams = [_Stream() for _ in range(sessions)]
+        worker._process([pipeline.Inbound(stream, hello=hello(SERVICE)) for stream in streams])
         for owner, name, stage in STAGES:
             timers.enter_context(_timer(owner, name, stage, spent))
-        started = time.perf_counter()
-        for first in range(0, batches, group):
+        events = 0
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for pairs in groups:
             decoding = time.perf_counter()
-            raws = feed.batches[first : first + group]
-            decoded = [ingest_pb2.HostMessage.FromString(raw).batch for raw in raws]
+            decoded = [(i, raw, ingest_pb2.HostMessage.FromString(raw).batch) for i, raw in pairs]
             spent["protobuf decode"] += time.perf_counter() - decoding
-            pairs = zip(decoded, raws, strict=True)
-            worker._process([pipeline.Inbound(stream, batch=b, raw=r) for b, r in pairs])
-        total = time.perf_counter() - started
+            events += sum(len(batch.events.kind) for _, _, batch in decoded)
+            worker._process(
+                [pipeline.Inbound(streams[i], batch=b, raw=raw) for i, raw, b in decoded]
+            )
+        total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         engine.dispose()
-    events = feed.total_events
+    count = sum(map(len, groups))
     finish = spent.pop("finish request (all)")
     spent["finish: request rows"] = (
         finish - spent["assemble call trees"] - spent["summarize: stacks, totals, tree"]
@@ -102,35 +126,50 @@ def run(db: str, batches: int, group: int) -> dict:
     spent["other"] = total - sum(spent.values())
     figures = {
         "db": db,
+        "shape": shape,
+        "sessions": sessions,
+        "batches": count,
         "events": events,
         "batches_per_transaction": group,
         "seconds": round(total, 2),
         "events_per_second": round(events / total),
+        "batches_per_second": round(count / total),
+        "cpu_ms_per_batch": round(cpu / count * 1e3, 4),
         "stages": {
             stage: {
                 "seconds": round(s, 3),
                 "share": round(s / total, 3),
                 "ns_per_event": round(s / events * 1e9),
+                "us_per_batch": round(s / count * 1e6, 1),
             }
             for stage, s in spent.most_common()
         },
     }
     report(figures)
-    print(f"saved {results.save(f'stages-{db}', figures)}")
+    name = f"stages-{db}" if shape == "ingest" else f"stages-{shape}-{db}"
+    print(f"saved {results.save(name, figures)}")
     return figures
 
 
 def report(f: dict) -> None:
     print(
-        f"\n{f['events']:,} events through the pipeline in-process on {f['db']} "
-        f"({f['batches_per_transaction']} batches per transaction): {f['seconds']} s, "
-        f"{f['events_per_second']:,} events/s on one core (no gRPC)"
+        f"\n{f['batches']:,} batches from {f['sessions']:,} sessions, {f['events']:,} events, "
+        f"through the pipeline in-process on {f['db']} ({f['batches_per_transaction']} "
+        f"batches per transaction): {f['seconds']} s, {f['events_per_second']:,} events/s, "
+        f"{f['batches_per_second']:,} batches/s, {f['cpu_ms_per_batch']} ms CPU per batch "
+        "(one thread, no gRPC)"
     )
     print(
         results.table(
-            ("stage", "seconds", "share", "ns/event"),
+            ("stage", "seconds", "share", "ns/event", "us/batch"),
             [
-                (stage, s["seconds"], f"{s['share']:.1%}", f"{s['ns_per_event']:,}")
+                (
+                    stage,
+                    s["seconds"],
+                    f"{s['share']:.1%}",
+                    f"{s['ns_per_event']:,}",
+                    s["us_per_batch"],
+                )
                 for stage, s in f["stages"].items()
             ],
         )

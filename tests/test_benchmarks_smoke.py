@@ -83,6 +83,14 @@ def test_benchmark_runs_at_a_tiny_size(benchmark: str, tmp_path: Path) -> None:
     assert list(tmp_path.glob(f"{benchmark}-*")), out[-2000:]
 
 
+def test_stages_runs_the_fleet_shape(tmp_path: Path) -> None:
+    shape = ["--shape", "fleet", "--sessions", "7", "--batches", "3", "--group", "4"]
+    bench(["stages", *shape], tmp_path)
+    result = only_result(tmp_path, "stages-fleet-sqlite")
+    assert (result["sessions"], result["batches"], result["events"]) == (7, 21, 21 * 20)
+    assert result["cpu_ms_per_batch"] > 0
+
+
 def test_fleet_sets_the_server_against_the_grpc_floor(tmp_path: Path) -> None:
     bench(["fleet", "--streams", "20", "--seconds", "3", "--warmup", "1", "--rate", "0"], tmp_path)
     result = only_result(tmp_path, "fleet-sqlite")
