@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_core.wire.builder import BatchBuilder
+from profiler_server.app import GC_YOUNG_THRESHOLD
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
 from tests.helpers import metric_value
 
@@ -50,6 +53,12 @@ def test_the_route_at_the_end_replaces_the_start_one(server) -> None:
     stream.close()
     (stored,) = server.get("/api/requests", service="shop").json()["requests"]
     assert stored["route"] == "/orders/<int:order_id>"
+
+
+def test_a_started_server_tunes_the_cyclic_gc_for_objects_in_flight(server) -> None:
+    # the server's process: what it built at start frozen, young objects scanned less often
+    assert gc.get_freeze_count() > 0
+    assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
 
 
 def test_grpc_health_service_reports_serving(server) -> None:
