@@ -93,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=5.0, help="seconds not measured")
     p.add_argument("--profile", action="store_true", help="run the server under cProfile")
     p.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="servers on one PostgreSQL, the hosts split between them, all on the server core",
+    )
+    p.add_argument(
         "--no-floor",
         dest="floor",
         action="store_false",
@@ -248,7 +254,14 @@ def _run(args: argparse.Namespace) -> None:
         ingest.run(args.db, args.seconds, args.streams, args.window, args.batches, args.profile)
     elif args.benchmark == "fleet":
         fleet.run(
-            args.db, args.streams, args.rate, args.seconds, args.warmup, args.profile, args.floor
+            args.db,
+            args.streams,
+            args.rate,
+            args.seconds,
+            args.warmup,
+            args.profile,
+            args.floor,
+            args.servers,
         )
     elif args.benchmark == "stages":
         fleet_shape = args.shape == "fleet"

@@ -11,6 +11,7 @@ import resource
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import grpc
@@ -126,10 +127,13 @@ class _Host:
             self.acked.set()
 
 
-async def _drive(target: str, streams: int, rate: float, seconds: float, feed: list[bytes]):
+async def _drive(targets: list[str], streams: int, rate: float, seconds: float, feed: list[bytes]):
+    """The hosts, their channels dealt round the servers (`targets`) as a load balancer
+    would."""
     out = FleetResult()
     channels = [
-        grpc.aio.insecure_channel(target) for _ in range(-(-streams // STREAMS_PER_CHANNEL))
+        grpc.aio.insecure_channel(targets[i % len(targets)])
+        for i in range(-(-streams // STREAMS_PER_CHANNEL))
     ]
     try:
         hosts = [_Host(channels[i // STREAMS_PER_CHANNEL], feed, rate) for i in range(streams)]
@@ -167,7 +171,7 @@ def _figures(out: FleetResult, start: float, deadline: float, warmup: float) -> 
 
 
 def _measured(
-    server: ServerProcess,
+    servers: list[ServerProcess],
     url: str,
     streams: int,
     rate: float,
@@ -175,23 +179,32 @@ def _measured(
     warmup: float,
     feed: list[bytes],
 ) -> dict:
-    """Drives `server` with the fleet; its figures and the CPU each side used."""
-    cpu0, client0, threads0 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
-    pg0 = backends_cpu(url)
-    out, start, deadline = asyncio.run(_drive(server.target, streams, rate, seconds, feed))
-    cpu1, client1, threads1 = server.cpu_seconds(), _client_cpu(), server.thread_cpu()
-    pg1 = backends_cpu(url)
+    """Drives `servers` with the fleet; its figures and the CPU each side used (the
+    servers' summed, their threads listed per server when there are several)."""
+
+    def cpu() -> float:
+        return sum(server.cpu_seconds() for server in servers)
+
+    cpu0, client0, pg0 = cpu(), _client_cpu(), backends_cpu(url)
+    threads0 = [server.thread_cpu() for server in servers]
+    targets = [server.target for server in servers]
+    out, start, deadline = asyncio.run(_drive(targets, streams, rate, seconds, feed))
+    cpu1, client1, pg1 = cpu(), _client_cpu(), backends_cpu(url)
+    threads1 = [server.thread_cpu() for server in servers]
     wall = max(time.monotonic() - start, 1e-9)
     acked = max(len(out.sent), 1)
+    threads = []
+    for number, (before, after) in enumerate(zip(threads0, threads1, strict=True), 1):
+        for row in thread_shares(before, after, wall):
+            if len(servers) > 1:
+                row["name"] = f"{number}: {row['name']}"
+            threads.append({**row, "ms_per_batch": round(1000 * row["cpu_s"] / acked, 3)})
     return {
         **_figures(out, start, deadline, min(warmup, seconds / 2)),
         "server_cpu_share": round((cpu1 - cpu0) / wall, 3),
         # what a batch costs the server whatever share of the core it got (a loaded machine)
         "server_cpu_ms_per_batch": round(1000 * (cpu1 - cpu0) / acked, 3),
-        "server_threads_ms_per_batch": [
-            {**row, "ms_per_batch": round(1000 * row["cpu_s"] / acked, 3)}
-            for row in thread_shares(threads0, threads1, wall)
-        ],
+        "server_threads_ms_per_batch": threads,
         "client_cpu_share": round((client1 - client0) / wall, 3),
         "postgres_cpu_share": round(cpu_used(pg0, pg1) / wall, 3),
         "rejected_batches": out.rejected,
@@ -209,9 +222,15 @@ def run(
     warmup: float,
     profile: bool = False,
     floor: bool = True,
+    servers: int = 1,
 ) -> dict:
     """The fleet against the server, and first (`floor`) against benchmarks/grpc_floor.py,
-    the cost of gRPC and the wire format alone, in the same run."""
+    the cost of gRPC and the wire format alone, in the same run. With several `servers`
+    (on one PostgreSQL), the hosts are split between them and the servers share the
+    server core: their CPU per batch against one server's says what sharing the database
+    costs."""
+    if servers > 1 and (db != "postgresql" or profile):
+        raise SystemExit("--servers above 1 needs --db postgresql and no --profile")
     # with `rate` 0, enough that no stream runs out, even against the floor
     batches = int(seconds * (rate or MAX_RATE)) + 2
     feed = build_feed(batches)
@@ -222,6 +241,7 @@ def run(
         "db": db,
         "profiled": profile,
         "streams": streams,
+        "servers": servers,
         "rate_per_stream": rate or "max (one batch in flight per stream)",
         "seconds": seconds,
         "warmup_s": warmup,
@@ -230,11 +250,18 @@ def run(
         "goal_ack_p99_s": GOAL_P99_S,
     }
     if floor:
-        with ServerProcess(NO_DATABASE, module=FLOOR_MODULE) as server:
-            figures["floor"] = _measured(server, NO_DATABASE, streams, rate, seconds, warmup, feed)
-    with fresh_database(db) as url, ServerProcess(url, profile_to=profile_path) as server:
-        figures.update(_measured(server, url, streams, rate, seconds, warmup, feed))
-    figures["server_exit_code"] = server.returncode
+        with ExitStack() as stack:
+            started = [
+                stack.enter_context(ServerProcess(NO_DATABASE, module=FLOOR_MODULE))
+                for _ in range(servers)
+            ]
+            figures["floor"] = _measured(started, NO_DATABASE, streams, rate, seconds, warmup, feed)
+    with fresh_database(db) as url, ExitStack() as stack:
+        started = [
+            stack.enter_context(ServerProcess(url, profile_to=profile_path)) for _ in range(servers)
+        ]
+        figures.update(_measured(started, url, streams, rate, seconds, warmup, feed))
+    figures["server_exit_code"] = max(server.returncode or 0 for server in started)
     if floor:
         base = figures["floor"]
         figures["of_floor"] = {
@@ -268,6 +295,7 @@ def report(f: dict) -> None:
     rows = [
         line("database", f["db"] + (" (under cProfile)" if f["profiled"] else ""), "none"),
         line("streams x rate", f"{f['streams']} x {f['rate_per_stream']}"),
+        line("servers (sharing the server core)", str(f.get("servers", 1))),
         row("acked batches/s (steady)", "batches_per_second", "{:,}".format, "batches_per_second"),
         line("ack p50 / p99 / max s", latency.format(**f), latency.format(**(base or f))),
         line("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s"),

@@ -100,6 +100,7 @@ class Pipeline:
         self._rate_since = time.monotonic()
         self._taken = 0
         self._deadline = 0.0
+        self._on_room: Callable[[], None] | None = None
 
     @property
     def sessions(self) -> dict[str, Session]:
@@ -137,6 +138,18 @@ class Pipeline:
             return False
         self.health.backlog.set(self.queue.qsize())
         return True
+
+    def when_room(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once, on the worker's thread, the next time the worker takes
+        messages off the queue: how streams waiting on a full queue learn when to try
+        again. A callback set just after the worker took some finds room on its own
+        retry, so it calls `submit` once more after this before it waits."""
+        self._on_room = callback
+
+    def _made_room(self) -> None:
+        callback, self._on_room = self._on_room, None
+        if callback is not None:
+            callback()
 
     def _run(self) -> None:
         while True:
@@ -182,6 +195,7 @@ class Pipeline:
                 continue
             items.append(nxt)
             count += events(nxt)
+        self._made_room()
         self._taken += len(items)
         if now - self._rate_since >= 1.0:
             self._rate = self._taken / (now - self._rate_since)
@@ -201,6 +215,7 @@ class Pipeline:
             if item.batch is not None:
                 batches += 1
                 count += events(item)
+        self._made_room()
         open_requests = self.lifecycle.open_requests()
         if batches:
             log.warning(

@@ -113,6 +113,18 @@ def test_fleet_without_the_floor_reports_the_server_alone(tmp_path: Path) -> Non
     assert "gRPC floor" not in out
 
 
+def test_fleet_splits_the_hosts_between_servers_on_one_postgresql(tmp_path: Path) -> None:
+    fleet = ["fleet", "--db", "postgresql", "--streams", "120", "--seconds", "2", "--rate", "0"]
+    bench([*fleet, "--warmup", "1", "--servers", "2", "--no-floor"], tmp_path)
+    result = only_result(tmp_path, "fleet-postgresql")
+    assert result["servers"] == 2
+    assert result["acked_batches"] > 0
+    assert (result["unacked_batches"], result["error_count"]) == (0, 0)
+    # three channels of 50 streams: both servers took some, and both are in the accounts
+    ingest = {t["name"] for t in result["server_threads_ms_per_batch"] if "ingest" in t["name"]}
+    assert ingest == {"1: profiler-ingest", "2: profiler-ingest"}
+
+
 @pytest.fixture(scope="module")
 def overhead_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny host-app, host-app-versions and host-instructions run each, in one results

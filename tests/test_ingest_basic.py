@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -11,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from profiler_core.wire.builder import BatchBuilder
 from profiler_server.app import GC_YOUNG_THRESHOLD
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
-from tests.helpers import metric_value
+from profiler_server.pipeline import GROUP_MAX
+from tests.helpers import eventually, metric_value
 
 
 def test_streamed_requests_are_stored_and_readable(server) -> None:
@@ -59,6 +61,40 @@ def test_a_started_server_tunes_the_cyclic_gc_for_objects_in_flight(server) -> N
     # the server's process: what it built at start frozen, young objects scanned less often
     assert gc.get_freeze_count() > 0
     assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
+
+
+def test_streams_wait_for_room_in_a_full_queue_without_polling(server, monkeypatch) -> None:
+    """Storage stalls (its write lock held): the storer, then the worker, then the queue
+    fill, and the streams wait for the worker to take from it. They ask the queue once
+    and wait to be told (a stream retrying on a timer would ask hundreds of times while
+    storage is held up), then everything is stored once storage moves again."""
+    pipeline = server.server.pipeline
+    refused: list[object] = []
+    submit = pipeline.submit
+
+    def counted(item: object) -> bool:
+        taken = submit(item)
+        if not taken:
+            refused.append(item)
+        return taken
+
+    monkeypatch.setattr(pipeline, "submit", counted)
+    shape = CallShape(calls=1, depth=1, functions=1)
+    per_stream = (pipeline.queue.maxsize + 4 * GROUP_MAX) // 2
+    streams = [HostStream(server.target) for _ in range(3)]
+    with pipeline.write_lock:
+        for stream in streams:
+            stream.send_hello(hello("shop"))
+            for seq in range(1, per_stream + 1):
+                builder = BatchBuilder()
+                synthetic_batch(builder, shape, [seq], define_functions=seq == 1)
+                stream.send_batch(builder.build(seq))
+        eventually(lambda: len({id(item.stream) for item in refused}) == len(streams))
+        time.sleep(0.5)  # what a stream retrying on a timer would fill with retries
+        assert len(refused) <= 2 * len(streams)
+    for stream in streams:
+        assert stream.wait_acked(set(range(1, per_stream + 1)), timeout=60)
+        assert stream.rejected == set()
 
 
 def test_grpc_health_service_reports_serving(server) -> None:

@@ -116,7 +116,10 @@ class IngestService:
         self.draining = False
         self._reading: set[asyncio.Task] = set()  # readers waiting for their next message
         # made in the server's loop (`app.ProfilingServer.start`), where all its streams run
-        self._mailbox = Mailbox(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self._mailbox = Mailbox(self._loop)
+        self._room = asyncio.Event()  # set when the worker has taken from a full queue
+        self._room_asked = False
 
     def drain(self) -> None:
         """Stops reading: a stream waiting for its next message ends as if its host had
@@ -286,7 +289,23 @@ class IngestService:
             yield message
 
     async def _submit(self, item: Inbound) -> None:
-        # A full queue means storage is behind: wait, which stops reading this stream and
-        # lets gRPC flow control slow the host down (its batches wait in its own buffer).
+        """Queues `item` for the worker. A full queue means storage is behind: the stream
+        waits until the worker takes the next group, which stops reading it and lets gRPC
+        flow control slow the host down (its batches wait in its own buffer). The streams
+        wait on one event, not each on a timer: a thousand streams retrying every few
+        milliseconds took the event loop's whole share of the core from the worker."""
         while not self.pipeline.submit(item):
-            await asyncio.sleep(0.002)
+            if not self._room_asked:
+                self._room_asked = True
+                self._room.clear()
+                self.pipeline.when_room(self._room_made)
+                continue  # the worker may have taken a group just before: try again
+            await self._room.wait()
+
+    def _room_made(self) -> None:
+        """The worker took messages off the queue (its thread): the waiting streams retry."""
+        self._loop.call_soon_threadsafe(self._wake_waiting)
+
+    def _wake_waiting(self) -> None:
+        self._room_asked = False
+        self._room.set()
