@@ -118,8 +118,9 @@ class IngestService:
         # made in the server's loop (`app.ProfilingServer.start`), where all its streams run
         self._loop = asyncio.get_running_loop()
         self._mailbox = Mailbox(self._loop)
-        self._room = asyncio.Event()  # set when the worker has taken from a full queue
-        self._room_asked = False
+        # messages waiting for room in the worker's queue, in arrival order, one per stream
+        # at most (each stream's reader waits for its own), and their streams' wake-ups
+        self._held: deque[tuple[Inbound, asyncio.Future[None]]] = deque()
 
     def drain(self) -> None:
         """Stops reading: a stream waiting for its next message ends as if its host had
@@ -290,22 +291,33 @@ class IngestService:
 
     async def _submit(self, item: Inbound) -> None:
         """Queues `item` for the worker. A full queue means storage is behind: the stream
-        waits until the worker takes the next group, which stops reading it and lets gRPC
-        flow control slow the host down (its batches wait in its own buffer). The streams
-        wait on one event, not each on a timer: a thousand streams retrying every few
-        milliseconds took the event loop's whole share of the core from the worker."""
-        while not self.pipeline.submit(item):
-            if not self._room_asked:
-                self._room_asked = True
-                self._room.clear()
+        waits in line (`_held`) until the worker takes the next group, which stops reading
+        it and lets gRPC flow control slow the host down (its batches wait in its own
+        buffer). The line is fed in order as the worker makes room, each item's stream
+        woken as its item goes in: streams retrying on a timer, or all woken at each
+        group, took the event loop's share of the core from the worker."""
+        if not self._held and self.pipeline.submit(item):
+            return
+        queued = self._loop.create_future()
+        self._held.append((item, queued))
+        self._feed()
+        await queued
+
+    def _feed(self) -> None:
+        """Moves the line into the worker's queue while it has room; with some left, asks
+        the worker to say when it takes the next group (then tries once more: it may have
+        taken one just before it was asked)."""
+        held = self._held
+        while held:
+            item, queued = held[0]
+            if not self.pipeline.submit(item):
                 self.pipeline.when_room(self._room_made)
-                continue  # the worker may have taken a group just before: try again
-            await self._room.wait()
+                if not self.pipeline.submit(item):
+                    return
+            held.popleft()
+            if not queued.done():  # its stream may have ended meanwhile
+                queued.set_result(None)
 
     def _room_made(self) -> None:
-        """The worker took messages off the queue (its thread): the waiting streams retry."""
-        self._loop.call_soon_threadsafe(self._wake_waiting)
-
-    def _wake_waiting(self) -> None:
-        self._room_asked = False
-        self._room.set()
+        """The worker took a group off the queue (its thread): feed the line."""
+        self._loop.call_soon_threadsafe(self._feed)
