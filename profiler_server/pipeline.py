@@ -308,22 +308,28 @@ class Pipeline:
         self._publish(group, problems, stored)
 
     def _housekeep(self) -> None:
-        """Housekeeping's transaction: what it does never holds up, or fails, a group of
-        host messages. It runs with the storer idle, on the state the database has."""
-        self.catch_up()
-        group = Group()
-        problems: Counter = Counter()
+        """Housekeeping's group. It goes to the storer like a group of messages, so the
+        worker does not wait for the storer twice a second; a tick that reads what the
+        database has waits for every group before it to be stored. Its changes to the
+        sessions are made on what memory has: if a group before it fails, the storer
+        gives this one back too and the sessions are put back as the database has them
+        (the next tick does its work again)."""
+        now = self.clock()
+        if not self.storer.running or self.housekeeping.reads_storage(now):
+            self.catch_up()
+        job = Assembled([], Group(), Counter())
         try:
-            self.housekeeping.tick(group, self.clock(), problems)
-            self._settle(group, problems)
-            stored = self._write(group)
+            self.housekeeping.tick(job.group, now, job.problems)
+            self._settle(job.group, job.problems)
+            if self.storer.running:
+                self.storer.submit(job)
+            else:
+                self._store(job)
         except Exception as exc:
             log.error("housekeeping failed, dropping the affected sessions: %s", exc)
             self.lifecycle.forget(
-                group, f"profiling server storage failed: {type(exc).__name__}", []
+                job.group, f"profiling server storage failed: {type(exc).__name__}", []
             )
-            return
-        self._publish(group, problems, stored)
         self.health.open_requests.set(self.lifecycle.open_requests())
 
     def _settle(self, group: Group, problems: Counter) -> None:
@@ -388,6 +394,9 @@ class Pipeline:
         except Exception:
             log.exception("ingest worker: cannot rebuild sessions, dropping them")
             self.lifecycle.forget(group, "profiling server error", streams)
+            return
+        if not items:  # housekeeping's: its sessions are as stored; its next tick redoes it
+            log.error("housekeeping's transaction failed: %r", exc)
             return
         if len(items) == 1:
             if self._database_works():

@@ -189,6 +189,49 @@ def test_groups_assembled_on_one_the_store_refuses_are_redone_with_it(pipeline, 
     assert not pipeline.sessions[sid[0]].pending
 
 
+def test_housekeeping_does_not_wait_for_the_storer_and_is_redone_after_a_failed_group(
+    pg_url, monkeypatch
+) -> None:
+    """Housekeeping's group goes to the storer behind a group still being stored (the
+    worker does not wait for it). That group fails: both come back, the sessions are put
+    back as stored, and the next tick times out the open request again: stored once."""
+    monkeypatch.setattr(session_module, "storable", lambda text, limit, problems: text)
+    now = [1_000.0]
+    with worker(pg_url, request_timeout=1.0) as pipeline:
+        pipeline.clock = lambda: now[0]
+        pipeline.storer.start()
+        try:
+            streams = [FakeStream() for _ in range(2)]
+            hellos = [hello(f"host{i}") for i in range(2)]
+            items = [Inbound(s, hello=h) for s, h in zip(streams, hellos, strict=True)]
+            pipeline._process(items)
+            start = request_part(1, 7, "start")  # spooled whole: the reset replays it
+            raw = ingest_pb2.HostMessage(batch=start).SerializeToString()
+            pipeline._process([Inbound(streams[0], batch=start, raw=raw)])
+            pipeline._housekeep()  # the first tick reaps (it reads storage): not the next ones
+            pipeline.catch_up()
+            now[0] += 2
+            with pipeline.write_lock:  # the storer waits on the failing group
+                pipeline._process([Inbound(streams[1], batch=request_batch(1, "/x\x00y"))])
+                ticked = threading.Thread(target=pipeline._housekeep)
+                ticked.start()
+                ticked.join(30)
+                assert not ticked.is_alive()  # it did not wait for the group before it
+            pipeline.catch_up()
+            now[0] += 2
+            pipeline._housekeep()
+            pipeline.catch_up()
+        finally:
+            pipeline.storer.stop(10)
+        with pipeline.engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT route, truncated FROM requests").all()
+        timeouts = pipeline.health.rejected.labels(P.REQUEST_TIMEOUT)._value.get()
+
+    assert (streams[1].seqs("stored"), streams[1].seqs("rejected")) == (set(), {1})
+    assert rows == [("/split", True)]
+    assert timeouts >= 1
+
+
 # --- the whole story: a profiled app, a URL with a NUL, PostgreSQL, another host --------------
 
 

@@ -49,6 +49,18 @@ class Housekeeping:
     def due(self, now: float) -> bool:
         return now >= self.next["tick"]
 
+    def reads_storage(self, now: float) -> bool:
+        """Whether the tick at `now` reads what the database has: it reaps, or a session's
+        stream has timed out (is it still this server's?). Those ticks must see every
+        group handed to the storer committed; the others need not wait for it."""
+        if now >= self.next["reap"]:
+            return True
+        timeout = self.settings.stream_timeout
+        return any(
+            not session.connected and now - session.disconnected_at > timeout
+            for session in self.sessions.live.values()
+        )
+
     def tick(self, group: Group, now: float, problems: Counter) -> None:
         self.next["tick"] = now + self.every["tick"]
         s, live = self.settings, self.sessions.live
