@@ -18,6 +18,7 @@ from benchmarks.load import SERVICE
 from benchmarks.server import fresh_database
 from profiler_core.wire import ingest_pb2
 from profiler_server import pipeline
+from profiler_server.app import tune_interpreter
 from profiler_server.assembly.session import Session
 from profiler_server.loadgen import hello
 from profiler_server.metrics.health import ServerHealth
@@ -102,6 +103,7 @@ def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int 
             ServerHealth(registry),
             ProfileMetrics(registry, DEFAULTS.top_k, DEFAULTS.top_functions, DEFAULTS.max_routes),
         )
+        tune_interpreter()  # as the server does once started
         streams = [_Stream() for _ in range(sessions)]
         worker._process([pipeline.Inbound(stream, hello=hello(SERVICE)) for stream in streams])
         for owner, name, stage in STAGES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import time
 
 import grpc
@@ -10,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from profiler_core.wire.builder import BatchBuilder
-from profiler_server.app import GC_YOUNG_THRESHOLD
+from profiler_server.app import GC_YOUNG_THRESHOLD, SWITCH_INTERVAL
 from profiler_server.loadgen import CallShape, HostStream, hello, synthetic_batch
 from profiler_server.pipeline import GROUP_MAX
 from tests.helpers import eventually, metric_value
@@ -57,10 +58,12 @@ def test_the_route_at_the_end_replaces_the_start_one(server) -> None:
     assert stored["route"] == "/orders/<int:order_id>"
 
 
-def test_a_started_server_tunes_the_cyclic_gc_for_objects_in_flight(server) -> None:
-    # the server's process: what it built at start frozen, young objects scanned less often
+def test_a_started_server_tunes_the_gc_and_the_gil_for_its_threads(server) -> None:
+    # the server's process: what it built at start frozen, young objects scanned less
+    # often, the GIL handed over sooner
     assert gc.get_freeze_count() > 0
     assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
+    assert sys.getswitchinterval() == SWITCH_INTERVAL < 0.005
 
 
 def test_streams_wait_for_room_in_a_full_queue_without_polling(server, monkeypatch) -> None:
