@@ -295,7 +295,7 @@ def report(f: dict) -> None:
     rows = [
         line("database", f["db"] + (" (under cProfile)" if f["profiled"] else ""), "none"),
         line("streams x rate", f"{f['streams']} x {f['rate_per_stream']}"),
-        line("servers (sharing the server core)", str(f.get("servers", 1))),
+        line("servers (sharing the server core)", str(f["servers"])),
         row("acked batches/s (steady)", "batches_per_second", "{:,}".format, "batches_per_second"),
         line("ack p50 / p99 / max s", latency.format(**f), latency.format(**(base or f))),
         line("goal", f"{f['goal_batches_per_second']:,}/s, p99 < {f['goal_ack_p99_s']} s"),

@@ -68,30 +68,28 @@ def _timer(owner: object, name: str, stage: str, spent: Counter) -> Iterator[Non
         setattr(owner, name, original)
 
 
-def _ingest_groups(batches: int, group: int) -> tuple[int, list[list[tuple[int, bytes]]]]:
-    """One session's big batches, `group` per transaction: (sessions, groups of (session
-    index, serialized batch))."""
+def _ingest_feed(batches: int) -> tuple[int, list[tuple[int, bytes]]]:
+    """One session's big batches: (sessions, (session index, serialized batch) pairs)."""
     feed = build(batches)
-    pairs = [(0, raw) for raw in feed.batches]
-    return 1, [pairs[first : first + group] for first in range(0, len(pairs), group)]
+    return 1, [(0, raw) for raw in feed.batches]
 
 
-def _fleet_groups(sessions: int, batches: int, group: int) -> tuple[int, list]:
+def _fleet_feed(sessions: int, batches: int) -> tuple[int, list[tuple[int, bytes]]]:
     """The fleet's shape (benchmarks/fleet.py): `sessions` sessions sending `batches`
-    small batches each, interleaved as a fleet's arrive, `group` per transaction."""
+    small batches each, interleaved as a fleet's arrive."""
     feed = build_feed(batches)
-    pairs = [(session, raw) for raw in feed for session in range(sessions)]
-    return sessions, [pairs[first : first + group] for first in range(0, len(pairs), group)]
+    return sessions, [(session, raw) for raw in feed for session in range(sessions)]
 
 
 def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int = 1) -> dict:
-    """Feeds prebuilt batches through the pipeline in groups: the `ingest` shape is one
-    session's big batches (`batches` of 20k events), the `fleet` shape is `sessions`
-    sessions' small ones (`batches` each, of one 20-event request)."""
+    """Feeds prebuilt batches through the pipeline, `group` per transaction: the `ingest`
+    shape is one session's big batches (`batches` of 20k events), the `fleet` shape is
+    `sessions` sessions' small ones (`batches` each, of one 20-event request)."""
     if shape == "fleet":
-        sessions, groups = _fleet_groups(sessions, batches, group)
+        sessions, pairs = _fleet_feed(sessions, batches)
     else:
-        sessions, groups = _ingest_groups(batches, group)
+        sessions, pairs = _ingest_feed(batches)
+    groups = [pairs[first : first + group] for first in range(0, len(pairs), group)]
     spent: Counter = Counter()
     with fresh_database(db) as url, ExitStack() as timers:
         engine = open_engine(url)
@@ -110,9 +108,9 @@ def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int 
             timers.enter_context(_timer(owner, name, stage, spent))
         events = 0
         started, cpu_started = time.perf_counter(), time.process_time()
-        for pairs in groups:
+        for taken in groups:
             decoding = time.perf_counter()
-            decoded = [(i, raw, ingest_pb2.HostMessage.FromString(raw).batch) for i, raw in pairs]
+            decoded = [(i, raw, ingest_pb2.HostMessage.FromString(raw).batch) for i, raw in taken]
             spent["protobuf decode"] += time.perf_counter() - decoding
             events += sum(len(batch.events.kind) for _, _, batch in decoded)
             worker._process(
@@ -120,7 +118,7 @@ def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int 
             )
         total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         engine.dispose()
-    count = sum(map(len, groups))
+    count = len(pairs)
     finish = spent.pop("finish request (all)")
     spent["finish: request rows"] = (
         finish - spent["assemble call trees"] - spent["summarize: stacks, totals, tree"]

@@ -142,8 +142,8 @@ class Pipeline:
     def when_room(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once, on the worker's thread, the next time the worker takes
         messages off the queue: how streams waiting on a full queue learn when to try
-        again. A callback set just after the worker took some finds room on its own
-        retry, so it calls `submit` once more after this before it waits."""
+        again. The worker may have taken some just before this is called, so the caller
+        tries `submit` once more after it before waiting."""
         self._on_room = callback
 
     def _made_room(self) -> None:

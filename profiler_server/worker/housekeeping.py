@@ -13,6 +13,7 @@ from collections import Counter
 from sqlalchemy import Engine
 
 from profiler_server.assembly import problems as P
+from profiler_server.assembly.session import Session
 from profiler_server.settings import Settings
 from profiler_server.storage import recovery, retention
 from profiler_server.worker.group import Group
@@ -55,11 +56,12 @@ class Housekeeping:
         group handed to the storer committed; the others need not wait for it."""
         if now >= self.next["reap"]:
             return True
+        return any(self._stream_timed_out(session, now) for session in self.sessions.live.values())
+
+    def _stream_timed_out(self, session: Session, now: float) -> bool:
+        """The session's stream ended longer than --stream-timeout ago."""
         timeout = self.settings.stream_timeout
-        return any(
-            not session.connected and now - session.disconnected_at > timeout
-            for session in self.sessions.live.values()
-        )
+        return not session.connected and now - session.disconnected_at > timeout
 
     def tick(self, group: Group, now: float, problems: Counter) -> None:
         self.next["tick"] = now + self.every["tick"]
@@ -74,7 +76,7 @@ class Housekeeping:
                 session.seqs.skip_gap()
                 session.gap_since = now if session.seqs.has_gap else 0.0
                 group.sessions[sid] = session
-            if not session.connected and now - session.disconnected_at > s.stream_timeout:
+            if self._stream_timed_out(session, now):
                 del live[sid]
                 if recovery.still_owner(self.sessions.engine, sid, self.sessions.owner):
                     self.sessions.finish_all(session, group, problems, P.STREAM_DIED)
