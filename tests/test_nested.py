@@ -205,3 +205,41 @@ def test_requests_of_several_sessions_summarized_together_are_as_each_session_al
     for (sid, _), (_, stacks, _) in together.items():
         frames = [frame for name in stacks for frame in name.split(";") if frame != OUTSIDE_NAME]
         assert frames and all(frame.startswith(f"{sid}:") for frame in frames)
+
+
+def test_sessions_of_one_service_summarized_together_store_each_stack_and_name_once() -> None:
+    """A fleet's sessions share their functions and stacks (ids are stable): summarized
+    together, each stack's stored row, its shown name and each function's name are those
+    of any session alone, and every session's stacks are there."""
+
+    def resolve(fid: int) -> tuple[int, str]:
+        name = f"shop:f{fid}"
+        return stable_id(name), name
+
+    shapes = [CallShape(calls=30, depth=4, functions=5), CallShape(calls=80, depth=9, functions=7)]
+    sessions = ("a", "b", "c")
+    pendings = []
+    for s, sid in enumerate(sessions):
+        for rid in range(1, 3):
+            p = synthetic(rid, shapes[(s + rid) % 2], parts=rid)
+            p.session_id = sid
+            pendings.append(p)
+
+    def summary_of(sids: tuple[str, ...]):  # type: ignore[no-untyped-def]
+        interners = {sid: StackInterner(resolve) for sid in sids}
+        mine = [p for p in pendings if p.session_id in sids]
+        return summarize(assemble_all(mine, Counter()), interners, Counter())
+
+    together = summary_of(sessions)
+    nodes: dict = {}
+    names: dict = {}
+    for sid in sessions:
+        alone = summary_of((sid,))
+        nodes.update(alone.nodes)
+        names.update(alone.function_names)
+        assert {key: together.shown(key) for key in alone.nodes} == {
+            key: alone.shown(key) for key in alone.nodes
+        }
+    assert together.nodes == nodes
+    assert together.function_names == names
+    assert len(nodes) < sum(len(summary_of((sid,)).nodes) for sid in sessions)  # shared

@@ -8,7 +8,12 @@ from __future__ import annotations
 _LENGTH_DELIMITED = 2  # the wire type of packed repeated fields
 
 
+_ONE_BYTE = [bytes([value]) for value in range(0x80)]
+
+
 def varint(value: int) -> bytes:
+    if 0 <= value < 0x80:  # most tags and lengths: no loop
+        return _ONE_BYTE[value]
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)

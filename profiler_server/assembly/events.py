@@ -53,9 +53,10 @@ def _times(events: ingest_pb2.Events) -> np.ndarray:
     if not 0 <= first < MAX_NS:
         raise MalformedEvents("timestamps out of range")
     deltas[0] = first
-    times = np.cumsum(deltas, out=deltas)
-    # ufunc reductions, not ndarray.min/max: no Python wrapper around a call on a few values
-    if np.minimum.reduce(times) < 0 or np.maximum.reduce(times) >= MAX_NS:
+    times = np.add.accumulate(deltas, out=deltas)  # cumsum without its Python wrapper
+    # one ufunc reduction (no Python wrapper around a call on a few values): read as uint64,
+    # a negative time is 2**63 or more, so above MAX_NS too
+    if np.maximum.reduce(times.view(np.uint64)) >= MAX_NS:
         raise MalformedEvents("timestamps out of range")
     return times
 

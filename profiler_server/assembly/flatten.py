@@ -96,6 +96,7 @@ class StackInterner:
         self._more: dict[int, int] = {}  # parent stack -> its (more unknown functions) child
         self._outside: dict[int, int] = {}  # lane's stack -> its OUTSIDE_NAME stack
         self._columns = tuple(_Growing(t) for t in (np.int64, np.int64, bool, np.int64))
+        self._built: StackColumns | None = None  # the columns as of the last call
 
     def child(self, parent: int, fid: int) -> int:
         key = parent << _FUNCTION_BITS | fid
@@ -154,11 +155,14 @@ class StackInterner:
 
     def columns(self) -> StackColumns:
         """The columns as arrays, grown in place: a session that keeps finding new stacks
-        copies only the new ones for each batch, not all of them again."""
-        lists = (self.ids, self.leaf, self.outermost, self.functions)
-        for growing, values in zip(self._columns, lists, strict=True):
-            growing.extend(values)
-        return StackColumns(*(growing.view() for growing in self._columns))
+        copies only the new ones for each batch, not all of them again, and one that found
+        none gets the same arrays (most sessions of a fleet, in most groups)."""
+        if self._built is None or len(self.ids) != self._columns[0].size:
+            lists = (self.ids, self.leaf, self.outermost, self.functions)
+            for growing, values in zip(self._columns, lists, strict=True):
+                growing.extend(values)
+            self._built = StackColumns(*(growing.view() for growing in self._columns))
+        return self._built
 
 
 class _Growing:
@@ -322,6 +326,18 @@ class Summary:
     function_names: dict[int, str]  # global function id -> name, for the functions here
 
 
+def _first_of_each(
+    global_ids: np.ndarray, keys: np.ndarray, bases: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct global ids of `keys` (numbers into the sessions' columns side by side,
+    each session's from its base on), and for each the session and the session's own
+    number of its first key."""
+    distinct, first = np.unique(global_ids[keys], return_index=True)
+    chosen = keys[first]
+    of = np.searchsorted(bases, chosen, side="right") - 1
+    return distinct, of, chosen - bases[of]
+
+
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
@@ -361,20 +377,20 @@ def summarize(forest: Forest, interners: Mapping[str, StackInterner], problems: 
     values = per_stack.values[:, of_calls]
     values[TOTAL] *= outermost[per_stack.key[of_calls]]  # recursion: count the outermost call
     per_function = Totals.grouped(per_stack.owner[of_calls], leaf[per_stack.key[of_calls]], values)
-    dense = np.unique(per_function.key)
-    of = np.searchsorted(function_bases, dense, side="right") - 1
+    # Sessions of one service share their functions and stacks (ids are stable), so each
+    # name and row is looked up once per id, not once per session: a fleet's group holds
+    # hundreds of sessions with the same few stacks.
+    gids, of, local = _first_of_each(functions, per_function.key, function_bases)
     function_names = {
-        used[s].functions[j]: used[s].function_names[j]
-        for s, j in zip(of.tolist(), (dense - function_bases[of]).tolist(), strict=True)
+        gid: used[s].function_names[j]
+        for gid, s, j in zip(gids.tolist(), of.tolist(), local.tolist(), strict=True)
     }
     per_function.key = functions[per_function.key]
-    distinct = np.unique(per_stack.key)
-    of = np.searchsorted(bases, distinct, side="right") - 1
+    sids, of, local = _first_of_each(ids, per_stack.key, bases)
     nodes: dict[int, tuple[int, int]] = {}
     shown_by: dict[int, StackInterner] = {}
-    for s, local in zip(of.tolist(), (distinct - bases[of]).tolist(), strict=True):
-        sid = used[s].ids[local]
-        nodes[sid] = used[s].row(local)
+    for sid, s, j in zip(sids.tolist(), of.tolist(), local.tolist(), strict=True):
+        nodes[sid] = used[s].row(j)
         shown_by[sid] = used[s]
     per_stack.key = ids[per_stack.key]
     unknown = sum(i.unknown for i in used) - unknown_before

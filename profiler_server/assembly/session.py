@@ -37,15 +37,18 @@ class Limits:
     max_name_length: int
 
 
+# a batch's records with a monotonic time: (repeated field, its time field)
+_TIMED = (("request_starts", "start_ns"), ("request_ends", "end_ns"), ("lanes", "start_ns"))
+
+
 def _check_ranges(batch: ingest_pb2.Batch) -> None:
     """Raises MalformedEvents for numbers the store cannot hold (event times: read_runs)."""
     if not 0 < batch.seq < MAX_SEQ:
         raise MalformedEvents(f"seq {batch.seq} out of range")
-    times = [x.start_ns for x in batch.request_starts]
-    times += [x.end_ns for x in batch.request_ends]
-    times += [x.start_ns for x in batch.lanes]
-    if times and not (min(times) >= 0 and max(times) < MAX_NS):
-        raise MalformedEvents("timestamps out of range")
+    for records, time in _TIMED:
+        for record in getattr(batch, records):
+            if not 0 <= getattr(record, time) < MAX_NS:
+                raise MalformedEvents("timestamps out of range")
 
 
 class SeqTracker:
@@ -187,8 +190,9 @@ class Session:
                 pending.host_truncated = pending.host_truncated or end.truncated
                 pending.running_lanes = frozenset(end.running_lanes)
                 pending.end_seq = seq
-        applied.drops_requests = dict(batch.drops.requests)
-        applied.drops_events = dict(batch.drops.events)
+        if batch.HasField("drops"):  # most batches have none: no maps read
+            applied.drops_requests = dict(batch.drops.requests)
+            applied.drops_events = dict(batch.drops.events)
         return applied
 
     def _pending(

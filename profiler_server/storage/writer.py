@@ -209,7 +209,7 @@ class _SQLite:
         for first in range(0, len(rows), per):
             chunk = rows[first : first + per]
             sql = f"{_values(table, columns, len(chunk))} ON CONFLICT DO NOTHING RETURNING {key}"
-            inserted.update(r[0] for r in conn.exec_driver_sql(sql, tuple(chain(*chunk))))
+            inserted.update(conn.exec_driver_sql(sql, tuple(chain(*chunk))).scalars().all())
         return inserted
 
     def upsert(
@@ -254,7 +254,7 @@ class _PostgreSQL:
     ) -> set:
         key = table.primary_key.columns[0].name
         sql = f"{_unnest(table, columns)} ON CONFLICT DO NOTHING RETURNING {key}"
-        return {r[0] for r in conn.exec_driver_sql(sql, _arrays(rows))}
+        return set(conn.exec_driver_sql(sql, _arrays(rows)).scalars().all())  # one fetch
 
     def upsert(
         self,
