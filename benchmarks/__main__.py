@@ -118,6 +118,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--group", type=int, help="batches per transaction (ingest 8, fleet 256)")
     p.add_argument("--sessions", type=int, default=1000, help="sessions of the fleet shape")
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per batch under callgrind (twice more batches, ~50x slower)",
+    )
     p = sub.add_parser("depth", help="ingest time and memory per event: depth 10 to 16,000, width")
     p.add_argument("--db", choices=DBS, default="sqlite")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds of every shape")
@@ -271,6 +276,7 @@ def _run(args: argparse.Namespace) -> None:
             args.group or (pipeline.GROUP_MAX if fleet_shape else 8),
             args.shape,
             args.sessions,
+            args.instructions,
         )
     elif args.benchmark == "depth":
         depth.run(args.db, args.rounds, args.events, args.depths, args.widths)

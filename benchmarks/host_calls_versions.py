@@ -20,20 +20,16 @@ are what they add to a plain call, and the sampled pair over cProfile is their r
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from benchmarks import results
+from benchmarks import callgrind, results
 from benchmarks.call_instructions import MODES
 from profiler_host.layouts import SUPPORTED
 
 ROOT = Path(__file__).resolve().parents[1]
-CALLGRIND = ["valgrind", "--tool=callgrind"]
 FIGURES = ("bare_call", "closed_added", "open_added", "sampled_added", "cprofile_added")
 
 
@@ -72,31 +68,16 @@ def run_on(python: str, args: list[str], timeout: float = 3600) -> dict:
     return json.loads(Path(saved[-1].removeprefix("results: ")).read_text())
 
 
-def _instructions(python: str, mode: str, calls: int) -> int:
-    """Instructions callgrind counts in a process making `calls` calls in `mode`."""
-    with tempfile.TemporaryDirectory() as scratch:
-        counted = [python, "-m", "benchmarks.call_instructions", mode, str(calls)]
-        done = subprocess.run(
-            [*CALLGRIND, f"--callgrind-out-file={scratch}/out", *counted],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind on {python} {mode} failed:\n{done.stderr[-3000:]}")
-    return int(found.group(1))
+def _per_call(python: str, mode: str, calls: int) -> float:
+    """Instructions a call in `mode` costs (callgrind, N and 2N calls)."""
+    counted = [python, "-m", "benchmarks.call_instructions", mode]
+    return callgrind.per_unit([*counted, str(calls)], calls, [*counted, str(2 * calls)])
 
 
 def instructions_per_call(python: str, calls: int) -> dict[str, float]:
     """Instructions of a plain call of the leaf, what the gate closed and open, a sampled
     enter+exit and cProfile add, and the sampled pair over cProfile."""
-    per_call = {
-        mode: (_instructions(python, mode, 2 * calls) - _instructions(python, mode, calls)) / calls
-        for mode in MODES
-    }
+    per_call = {mode: _per_call(python, mode, calls) for mode in MODES}
     plain = per_call["plain"]
     added = {mode: per_call[mode] - plain for mode in MODES[1:]}
     return {

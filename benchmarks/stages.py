@@ -4,6 +4,7 @@ batches (no gRPC), with a wall-clock timer around each stage."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from contextlib import ExitStack, contextmanager
 
 from prometheus_client import CollectorRegistry
 
-from benchmarks import results
+from benchmarks import callgrind, results
 from benchmarks.fleet import build_feed
 from benchmarks.ingest import build
 from benchmarks.load import SERVICE
@@ -81,10 +82,9 @@ def _fleet_feed(sessions: int, batches: int) -> tuple[int, list[tuple[int, bytes
     return sessions, [(session, raw) for raw in feed for session in range(sessions)]
 
 
-def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int = 1) -> dict:
-    """Feeds prebuilt batches through the pipeline, `group` per transaction: the `ingest`
-    shape is one session's big batches (`batches` of 20k events), the `fleet` shape is
-    `sessions` sessions' small ones (`batches` each, of one 20-event request)."""
+def _feed(db: str, batches: int, group: int, shape: str, sessions: int) -> tuple:
+    """Feeds the shape's batches through the pipeline: (batches, events, seconds, CPU
+    seconds, seconds by stage)."""
     if shape == "fleet":
         sessions, pairs = _fleet_feed(sessions, batches)
     else:
@@ -118,7 +118,36 @@ def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int 
             )
         total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         engine.dispose()
-    count = len(pairs)
+    return len(pairs), events, total, cpu, spent
+
+
+def instructions_per_batch(db: str, batches: int, group: int, shape: str, sessions: int) -> float:
+    """The pipeline's instructions per batch, callgrind's count of a process feeding
+    `batches` (per session) and of one feeding twice as many: PostgreSQL's own work is
+    not counted, the driver's is."""
+
+    def feeding(per_session: int) -> list[str]:
+        code = f"from benchmarks import stages; stages._feed({db!r}, {per_session}, {group}, "
+        return [sys.executable, "-c", code + f"{shape!r}, {sessions})"]
+
+    units = batches * (sessions if shape == "fleet" else 1)
+    return callgrind.per_unit(feeding(batches), units, feeding(2 * batches))
+
+
+def run(
+    db: str,
+    batches: int,
+    group: int,
+    shape: str = "ingest",
+    sessions: int = 1,
+    instructions: bool = False,
+) -> dict:
+    """Feeds prebuilt batches through the pipeline, `group` per transaction: the `ingest`
+    shape is one session's big batches (`batches` of 20k events), the `fleet` shape is
+    `sessions` sessions' small ones (`batches` each, of one 20-event request). With
+    `instructions`, also counts them per batch under callgrind (slow: ~50x)."""
+    sessions = sessions if shape == "fleet" else 1
+    count, events, total, cpu, spent = _feed(db, batches, group, shape, sessions)
     finish = spent.pop("finish request (all)")
     spent["finish: request rows"] = (
         finish - spent["assemble call trees"] - spent["summarize: stacks, totals, tree"]
@@ -135,6 +164,11 @@ def run(db: str, batches: int, group: int, shape: str = "ingest", sessions: int 
         "events_per_second": round(events / total),
         "batches_per_second": round(count / total),
         "cpu_ms_per_batch": round(cpu / count * 1e3, 4),
+        "instructions_per_batch": (
+            round(instructions_per_batch(db, batches, group, shape, sessions))
+            if instructions
+            else None
+        ),
         "stages": {
             stage: {
                 "seconds": round(s, 3),
@@ -159,6 +193,8 @@ def report(f: dict) -> None:
         f"{f['batches_per_second']:,} batches/s, {f['cpu_ms_per_batch']} ms CPU per batch "
         "(one thread, no gRPC)"
     )
+    if f.get("instructions_per_batch") is not None:
+        print(f"callgrind: {f['instructions_per_batch']:,} instructions per batch")
     print(
         results.table(
             ("stage", "seconds", "share", "ns/event", "us/batch"),

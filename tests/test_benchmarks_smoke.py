@@ -85,10 +85,11 @@ def test_benchmark_runs_at_a_tiny_size(benchmark: str, tmp_path: Path) -> None:
 
 def test_stages_runs_the_fleet_shape(tmp_path: Path) -> None:
     shape = ["--shape", "fleet", "--sessions", "7", "--batches", "3", "--group", "4"]
-    bench(["stages", *shape], tmp_path)
+    bench(["stages", *shape, "--instructions"], tmp_path)
     result = only_result(tmp_path, "stages-fleet-sqlite")
     assert (result["sessions"], result["batches"], result["events"]) == (7, 21, 21 * 20)
     assert result["cpu_ms_per_batch"] > 0
+    assert result["instructions_per_batch"] > 0
 
 
 def test_fleet_sets_the_server_against_the_grpc_floor(tmp_path: Path) -> None:
