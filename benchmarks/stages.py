@@ -123,15 +123,14 @@ def _feed(db: str, batches: int, group: int, shape: str, sessions: int) -> tuple
 
 def instructions_per_batch(db: str, batches: int, group: int, shape: str, sessions: int) -> float:
     """The pipeline's instructions per batch, callgrind's count of a process feeding
-    `batches` (per session) and of one feeding twice as many: PostgreSQL's own work is
-    not counted, the driver's is."""
+    `batches` (per session: `sessions` is 1 for the ingest shape) and of one feeding twice
+    as many: PostgreSQL's own work is not counted, the driver's is."""
 
     def feeding(per_session: int) -> list[str]:
         code = f"from benchmarks import stages; stages._feed({db!r}, {per_session}, {group}, "
         return [sys.executable, "-c", code + f"{shape!r}, {sessions})"]
 
-    units = batches * (sessions if shape == "fleet" else 1)
-    return callgrind.per_unit(feeding(batches), units, feeding(2 * batches))
+    return callgrind.per_unit(feeding(batches), batches * sessions, feeding(2 * batches))
 
 
 def run(
