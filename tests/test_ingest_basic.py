@@ -146,7 +146,7 @@ def test_replies_from_the_worker_thread_all_arrive_in_order() -> None:
     import asyncio
     import threading
 
-    from profiler_server.ingest.service import Mailbox
+    from profiler_server.ingest.service import Mailbox, StreamHandle
 
     async def main() -> tuple[list[list[int]], int]:
         loop = asyncio.get_running_loop()
@@ -160,18 +160,18 @@ def test_replies_from_the_worker_thread_all_arrive_in_order() -> None:
             deliver()
 
         mailbox._deliver = counted  # type: ignore[method-assign]
-        outboxes: list[asyncio.Queue] = [asyncio.Queue() for _ in range(4)]
+        handles = [StreamHandle(mailbox) for _ in range(4)]
 
         def worker() -> None:
             for n in range(20_000):
-                mailbox.post(outboxes[n % 4], n)
+                handles[n % 4].send(n)  # type: ignore[arg-type]
 
         thread = threading.Thread(target=worker)
         thread.start()
-        got: list[list[int]] = [[] for _ in outboxes]
-        for box, out in zip(outboxes, got, strict=True):
+        got: list[list[int]] = [[] for _ in handles]
+        for handle, out in zip(handles, got, strict=True):
             while len(out) < 5_000:
-                out.append(await box.get())
+                out.append(await handle.next())  # type: ignore[arg-type]
         thread.join()
         return got, wakes
 

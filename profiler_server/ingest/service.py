@@ -66,11 +66,11 @@ class Mailbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiting: deque[tuple[asyncio.Queue, object]] = deque()
+        self._waiting: deque[tuple[StreamHandle, object]] = deque()
         self._scheduled = False
 
-    def post(self, outbox: asyncio.Queue, message: object) -> None:
-        self._waiting.append((outbox, message))
+    def post(self, handle: StreamHandle, message: object) -> None:
+        self._waiting.append((handle, message))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon_threadsafe(self._deliver)
@@ -79,22 +79,44 @@ class Mailbox:
         self._scheduled = False
         waiting = self._waiting
         while waiting:
-            outbox, message = waiting.popleft()
-            outbox.put_nowait(message)
+            handle, message = waiting.popleft()
+            handle.put(message)
 
 
 class StreamHandle:
-    """Lets the worker thread answer on this stream (acks, end, abort) through the loop."""
+    """Lets the worker thread answer on this stream (acks, end, abort) through the loop.
+
+    The replies wait in a deque for the stream's writer, which sleeps on one future while
+    there is none: an `asyncio.Queue` did the same with more Python per reply."""
 
     def __init__(self, mailbox: Mailbox) -> None:
         self._mailbox = mailbox
-        self.outbox: asyncio.Queue[ingest_pb2.ServerMessage | _Abort | None] = asyncio.Queue()
+        self._replies: deque[ingest_pb2.ServerMessage | _Abort | None] = deque()
+        self._wake: asyncio.Future[None] | None = None
 
     def send(self, message: ingest_pb2.ServerMessage | None) -> None:
-        self._mailbox.post(self.outbox, message)
+        """Any thread: `message` goes out after those sent before it (None ends the stream)."""
+        self._mailbox.post(self, message)
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self._mailbox.post(self.outbox, _Abort(code, details))
+        self._mailbox.post(self, _Abort(code, details))
+
+    def put(self, message: ingest_pb2.ServerMessage | _Abort | None) -> None:
+        """The loop's thread: hands `message` to the writer, waking it if it sleeps."""
+        self._replies.append(message)
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            if not wake.done():  # cancelled with its stream
+                wake.set_result(None)
+
+    async def next(self) -> ingest_pb2.ServerMessage | _Abort | None:
+        """The next reply, waiting for one."""
+        replies = self._replies
+        while not replies:
+            self._wake = wake = asyncio.get_running_loop().create_future()
+            await wake
+        return replies.popleft()
 
 
 LISTENER = "grpc"
@@ -144,19 +166,20 @@ class IngestService:
 
     async def stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[ingest_pb2.ServerMessage]:
+    ) -> None:
+        """One host session: a reader task passes messages on to the worker, while this
+        task writes the worker's replies. A plain coroutine on `context.read()` and
+        `context.write()` (one of each pending at most): an async generator on each side
+        cost the event loop two generator hops per message."""
         services = await self._authenticate(context)
         handle = StreamHandle(self._mailbox)
         self.health.open_streams.inc()
-        reader = asyncio.create_task(self._read(requests, handle, services))
+        reader = asyncio.create_task(self._read(context, handle, services))
         try:
-            while True:
-                message = await handle.outbox.get()
-                if message is None:
-                    return
+            while (message := await handle.next()) is not None:
                 if isinstance(message, _Abort):
                     await context.abort(message.code, message.details)
-                yield message
+                await context.write(message)
         finally:
             self.health.open_streams.dec()
             if not reader.done():
@@ -184,13 +207,13 @@ class IngestService:
 
     async def _read(
         self,
-        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext,
         handle: StreamHandle,
         services: frozenset[str] | None,
     ) -> None:
         hello_seen = False
         try:
-            async for raw in self._until_draining(requests):
+            while (raw := await self._next_message(context)) is not None:
                 self.health.bytes.inc(len(raw))
                 if len(raw) > self.max_message_bytes:
                     self.health.rejected.labels(P.OVERSIZED).inc()
@@ -267,27 +290,26 @@ class IngestService:
         self.health.count_problems(repaired)
         return message
 
-    async def _until_draining(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """The stream's messages until it ends or the server drains. The drain cancels the
-        reads that wait (`drain`) rather than each read racing it: a task and a wait of
-        two futures per message were a tenth of the event loop's time under a fleet."""
-        iterator = aiter(requests)
+    async def _next_message(self, context: grpc.aio.ServicerContext) -> bytes | None:
+        """The stream's next message; None once it ends or the server drains. The drain
+        cancels the reads that wait (`drain`) rather than each read racing it: a task and
+        a wait of two futures per message were a tenth of the event loop's time under a
+        fleet."""
+        if self.draining:
+            return None
         reader = asyncio.current_task()
         assert reader is not None  # runs in the stream's reader task
-        while not self.draining:
-            self._reading.add(reader)
-            try:
-                message = await anext(iterator)
-            except StopAsyncIteration:  # also how gRPC may end a read cancelled by the drain
-                return
-            except asyncio.CancelledError:
-                if not self.draining:  # the stream ended: `stream` closes the session
-                    raise
-                reader.uncancel()  # a stream that ended as the drain began closes twice: harmless
-                return
-            finally:
-                self._reading.discard(reader)
-            yield message
+        self._reading.add(reader)
+        try:
+            message = await context.read()
+        except asyncio.CancelledError:
+            if not self.draining:  # the stream ended: `stream` closes the session
+                raise
+            reader.uncancel()  # a stream that ended as the drain began closes twice: harmless
+            return None
+        finally:
+            self._reading.discard(reader)
+        return None if message is grpc.aio.EOF else message
 
     async def _submit(self, item: Inbound) -> None:
         """Queues `item` for the worker. A full queue means storage is behind: the stream
