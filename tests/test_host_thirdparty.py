@@ -293,21 +293,27 @@ SUITES = (
 
 
 def sdist(suite: Suite) -> Path:
-    """The pinned sdist from the cache, fetched from PyPI on first use."""
+    """The pinned sdist from the cache, fetched from PyPI on first use (into a directory of
+    its own, then moved in whole: the suites of other versions may run at the same time)."""
     name = f"{re.sub(r'[-_.]+', '_', suite.dist).lower()}-{suite.version}.tar.gz"
     cached = CACHE / name
     if cached.exists():
         return cached
     CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
-            "--no-deps", "--dest", str(CACHE), f"{suite.dist}=={suite.version}",
-        ],
-        check=True,
-        timeout=RUN_TIMEOUT,
-    )  # fmt: skip
-    assert cached.exists(), f"pip download did not leave {name} in {CACHE}"
+    partial = Path(tempfile.mkdtemp(prefix=".sdist-", dir=CACHE))
+    try:
+        subprocess.run(
+            [
+                sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
+                "--no-deps", "--dest", str(partial), f"{suite.dist}=={suite.version}",
+            ],
+            check=True,
+            timeout=RUN_TIMEOUT,
+        )  # fmt: skip
+        assert (partial / name).exists(), f"pip download did not leave {name} in {partial}"
+        (partial / name).replace(cached)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return cached
 
 
