@@ -39,6 +39,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -292,28 +293,35 @@ SUITES = (
 )
 
 
+@contextmanager
+def _staged() -> Iterator[Path]:
+    """An empty directory in the cache to fill, then move into place whole: a run killed
+    half way leaves no half entry, and the suites of other versions may fill the cache at
+    the same time. Removed afterwards."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=".staged-", dir=CACHE))
+    try:
+        yield staged
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", *args], check=True, timeout=RUN_TIMEOUT)
+
+
 def sdist(suite: Suite) -> Path:
-    """The pinned sdist from the cache, fetched from PyPI on first use (into a directory of
-    its own, then moved in whole: the suites of other versions may run at the same time)."""
+    """The pinned sdist from the cache, fetched from PyPI on first use."""
     name = f"{re.sub(r'[-_.]+', '_', suite.dist).lower()}-{suite.version}.tar.gz"
     cached = CACHE / name
-    if cached.exists():
-        return cached
-    CACHE.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=".sdist-", dir=CACHE))
-    try:
-        subprocess.run(
-            [
-                sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:",
-                "--no-deps", "--dest", str(partial), f"{suite.dist}=={suite.version}",
-            ],
-            check=True,
-            timeout=RUN_TIMEOUT,
-        )  # fmt: skip
-        assert (partial / name).exists(), f"pip download did not leave {name} in {partial}"
-        (partial / name).replace(cached)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    if not cached.exists():
+        with _staged() as staged:
+            _pip(
+                "download", "--quiet", "--no-binary", ":all:", "--no-deps",
+                "--dest", str(staged), f"{suite.dist}=={suite.version}",
+            )  # fmt: skip
+            assert (staged / name).exists(), f"pip download did not leave {name} in {staged}"
+            (staged / name).replace(cached)
     return cached
 
 
@@ -326,20 +334,12 @@ def dependencies(suite: Suite) -> list[str]:
     key = hashlib.sha256("\n".join([version, *sorted(suite.deps)]).encode()).hexdigest()[:12]
     target = CACHE / f"deps-{suite.dist}-{key}"
     if not target.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=".deps-", dir=CACHE))
-        try:
-            subprocess.run(
-                [
-                    sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--only-binary", ":all:", "--target", str(partial), *suite.deps,
-                ],
-                check=True,
-                timeout=RUN_TIMEOUT,
+        with _staged() as staged:
+            _pip(
+                "install", "--quiet", "--no-deps", "--only-binary", ":all:",
+                "--target", str(staged), *suite.deps,
             )  # fmt: skip
-            partial.rename(target)  # whole or not at all
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
+            staged.rename(target)
     return [str(target)]
 
 

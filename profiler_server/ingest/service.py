@@ -165,12 +165,13 @@ class IngestService:
         )
 
     async def stream(
-        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        self, _requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
         """One host session: a reader task passes messages on to the worker, while this
         task writes the worker's replies. A plain coroutine on `context.read()` and
-        `context.write()` (one of each pending at most): an async generator on each side
-        cost the event loop two generator hops per message."""
+        `context.write()` (one of each pending at most; gRPC's request iterator goes
+        unused): an async generator on each side cost the event loop two generator hops
+        per message."""
         services = await self._authenticate(context)
         handle = StreamHandle(self._mailbox)
         self.health.open_streams.inc()
