@@ -136,6 +136,10 @@ ANYIO_LEFT_OUT = (
     # counts the process's live threads before and after: a portal thread of an earlier
     # round may still be ending in between (it fails plainly too, now and then)
     "--deselect=tests/test_to_thread.py::TestBlockingPortalProvider::test_single_thread",
+    # counts the process's live threads around five calls: the host's stream threads (gRPC's
+    # two and its ack reader) start or end in between whenever the stream opens or closes
+    # (docs/limits.md, threads)
+    "--deselect=tests/test_from_thread.py::TestRunAsyncFromThread::test_run_sync_from_thread_pooling",
     # collect garbage right after the work's result arrives (or `anyio.run` returns) and
     # expect no other referrer of the work, its arguments, its context's values or the
     # loop, while anyio's worker thread, which holds them until it takes the next item or
