@@ -65,7 +65,7 @@ OPTIONS = [
         flag,
     ),
     Option("buffer", "32MiB", "unacked profile data kept for the server; over it, drop", size),
-    Option("flush-interval", "200ms", "how often recorded events are sent", duration),
+    Option("flush-interval", "1s", "how often recorded events are sent, at most", duration),
     Option("flush-timeout", "2s", "longest wait at exit for the server to store", duration),
     Option(
         "max-request-events",

@@ -57,7 +57,7 @@ class TransportSettings:
     server: str
     service: str
     buffer_bytes: int = 32 * 1024**2
-    flush_interval: float = 0.2
+    flush_interval: float = 1.0
     max_batch_events: int = 50_000
     # all stored and nothing to send for this long: the stream ends until the next request
     # (gRPC's reader and channel threads poll the GIL 15 times a second while it is open)
@@ -110,6 +110,8 @@ class Transport:
         self._collecting = threading.Lock()  # held while requests are between queue and backlog
         self._thread: threading.Thread | None = None
         self._idle = False  # the transport thread waits for a kick, with no timeout
+        self._hurry = threading.Event()  # a flush or stop: send now, no lingering
+        self._collected_at = 0.0  # monotonic time the last batch was made (or found empty)
         self._streaming = threading.Event()  # the first stream's threads run, or it failed
         self._logged_refusals: set[tuple[str, str]] = set()
         self._pid = os.getpid()
@@ -208,6 +210,7 @@ class Transport:
         self._finished.clear()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._hurry = threading.Event()
         self._streaming = threading.Event()
         self._lock = threading.Lock()
         self._collecting = threading.Lock()
@@ -219,6 +222,7 @@ class Transport:
             return not self._finished
         deadline = time.monotonic() + timeout
         self._counts_now = True
+        self._hurry.set()
         self._wake.set()
         while time.monotonic() < deadline:
             with self._collecting:  # a request being encoded is in neither
@@ -287,7 +291,8 @@ class Transport:
             if left <= 0:
                 return
             wait = self._next_wait()
-            self._wake.wait(left if wait is None else min(left, wait))
+            if self._wake.wait(left if wait is None else min(left, wait)):
+                self._linger()
             self._wake.clear()
             self._idle = False
 
@@ -322,8 +327,9 @@ class Transport:
                     idle = True  # the server has it all and nothing came: half-close
                     outbox.put(None)
                     break
-            else:
-                self._wake.wait(wait)
+                self._linger()
+            elif self._wake.wait(wait):
+                self._linger()
             self._wake.clear()
             self._idle = False
             self._collect()
@@ -332,15 +338,32 @@ class Transport:
         acks.join(timeout=1.0)
         return idle
 
+    def _linger(self) -> None:
+        """Woken before its time (a request ended, or an ack came): waits until the next
+        batch is due, so that requests ending close together share one. A batch costs the
+        host's and gRPC's threads about the same CPU whatever it holds (milliseconds on a
+        slow machine: the encode, the send through gRPC's threads, the ack back through
+        them), so at ten sampled requests a second an app pays for at most one batch per
+        flush interval, not one per request. A flush, a stop or the stream's end ends the
+        wait."""
+        left = self._until_due()
+        if left > 0:
+            self._hurry.wait(left)
+
+    def _until_due(self) -> float:
+        """Seconds until the next batch: one flush interval after the last (0 after a
+        quiet spell, so a request that ends alone goes at once)."""
+        return max(self._collected_at + self.settings.flush_interval - time.monotonic(), 0.0)
+
     def _next_wait(self) -> float | None:
-        """The flush interval while requests run or wait to be sent; otherwise no timeout:
-        an idle app's transport costs nothing until a request, a drop, a flush, a stop or
-        the stream's end wakes it."""
+        """Until the next batch is due while requests run or wait to be sent; otherwise no
+        timeout: an idle app's transport costs nothing until a request, a drop, a flush, a
+        stop or the stream's end wakes it."""
         self._idle = True  # before looking: work that arrives after the look kicks
         self.counts.waiting = True
         if self._finished or self._running() or any(self._unreported):
             self._idle = False
-            return self.settings.flush_interval
+            return self._until_due()
         if self.counts.pending:  # the report is due on a timer: requests counted meanwhile
             self.counts.waiting = False  # need not wake it, but a finished request does
             return max(self._counts_due - time.monotonic(), 0.0)
@@ -358,7 +381,8 @@ class Transport:
             elif exc.code() != grpc.StatusCode.CANCELLED:
                 log.debug("request-profiler: server closed the stream: %s", exc.code())
         finally:
-            self._wake.set()  # the sending loop reconnects at once
+            self._hurry.set()  # the sending loop reconnects at once, lingering or not
+            self._wake.set()
 
     def _refuse(self, reason: str, details: str) -> None:
         """The server will not take this host's profiles: say so once per distinct cause.
@@ -416,6 +440,8 @@ class Transport:
         return message.SerializeToString()
 
     def _collect(self) -> None:
+        self._hurry.clear()  # what a flush asked for is taken now
+        self._collected_at = time.monotonic()
         with self._collecting:
             self._collect_locked()
 

@@ -228,3 +228,31 @@ def test_counts_waiting_for_their_report_do_not_hold_back_a_finished_request() -
     assert wait is not None and 0 <= wait <= COUNTS_EVERY
     assert not transport.counts.waiting  # a counted request does not wake it ...
     assert transport._idle  # ... but a kick (a finished request, a drop, a flush) does
+
+
+def test_requests_ending_close_together_share_a_batch_and_a_flush_cuts_the_wait(tmp_path: Path):
+    """A request that ends after a quiet spell goes at once; those that end within the next
+    flush interval wait for it and go as one batch (a batch costs the host's threads the
+    same whatever it holds); a flush sends them without waiting the interval out, which
+    here is longer than the flush's own timeout."""
+    registry = FunctionRegistry()
+    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    transport = Transport(
+        TransportSettings(server.target, "lingers", flush_interval=600.0), registry, running=list
+    )
+    try:
+        transport.submit(finished_request(1, fid))
+        assert eventually(lambda: transport.stored_batches == 1, timeout=30)
+        for n in range(2, 7):
+            transport.submit(finished_request(n, fid))
+            time.sleep(0.02)
+        assert transport.flush(timeout=30)
+        assert transport.stored_batches == 2  # the five together
+        stored = eventually(
+            lambda: len(stored_requests(server.http, service="lingers")) == 6, timeout=30
+        )
+        assert stored, stored_requests(server.http, service="lingers")
+    finally:
+        transport.stop(timeout=1)
+        server.stop(grace=10)
