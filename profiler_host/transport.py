@@ -291,10 +291,7 @@ class Transport:
             if left <= 0:
                 return
             wait = self._next_wait()
-            if self._wake.wait(left if wait is None else min(left, wait)):
-                self._linger()
-            self._wake.clear()
-            self._idle = False
+            self._sleep(left if wait is None else min(left, wait))
 
     def _serve_connection(self, channel: grpc.Channel) -> bool:
         """Streams until the server goes, the profiler stops, or everything is stored and
@@ -323,32 +320,34 @@ class Transport:
         while not self._stopping.is_set() and acks.is_alive():
             wait = self._next_wait()
             if wait is None and not self._backlog:
-                if not self._wake.wait(self.settings.idle_close):
+                if not self._sleep(self.settings.idle_close):
                     idle = True  # the server has it all and nothing came: half-close
                     outbox.put(None)
                     break
-                self._linger()
-            elif self._wake.wait(wait):
-                self._linger()
-            self._wake.clear()
-            self._idle = False
+            else:
+                self._sleep(wait)
             self._collect()
         acks.join(timeout=1.0 if idle else 0.0)
         responses.cancel()
         acks.join(timeout=1.0)
         return idle
 
-    def _linger(self) -> None:
-        """Woken before its time (a request ended, or an ack came): waits until the next
-        batch is due, so that requests ending close together share one. A batch costs the
-        host's and gRPC's threads about the same CPU whatever it holds (milliseconds on a
-        slow machine: the encode, the send through gRPC's threads, the ack back through
-        them), so at ten sampled requests a second an app pays for at most one batch per
-        flush interval, not one per request. A flush, a stop or the stream's end ends the
-        wait."""
-        left = self._until_due()
-        if left > 0:
-            self._hurry.wait(left)
+    def _sleep(self, timeout: float | None) -> bool:
+        """Sleeps until `timeout` (False) or a kick (True). Woken before its time (a request
+        ended, or an ack came), it then waits until the next batch is due, so that requests
+        ending close together share one. A batch costs the host's and gRPC's threads about
+        the same CPU whatever it holds (milliseconds on a slow machine: the encode, the
+        send through gRPC's threads, the ack back through them), so at ten sampled requests
+        a second an app pays for at most one batch per flush interval, not one per request.
+        A flush, a stop or the stream's end ends that wait."""
+        woken = self._wake.wait(timeout)
+        if woken:
+            left = self._until_due()
+            if left > 0:
+                self._hurry.wait(left)
+        self._wake.clear()
+        self._idle = False
+        return woken
 
     def _until_due(self) -> float:
         """Seconds until the next batch: one flush interval after the last (0 after a
