@@ -202,7 +202,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=40, help="requests before counting")
     p.add_argument("--requests", type=int, default=200, help="requests counted")
     p.add_argument(
-        "--idle", type=float, default=host_instructions.IDLE, help="s the idle life idles"
+        "--sparse",
+        type=float,
+        default=host_instructions.SPARSE,
+        help=f"s the sparse life serves, a request every {host_instructions.SPARSE_GAP:g} s",
     )
     setups_option(
         p,
@@ -324,7 +327,7 @@ def _run(args: argparse.Namespace) -> None:
         host_app_versions.run([a for a in args.apps.split(",") if a], options)
     elif args.benchmark == "host-instructions":
         for app in host_app.APPS if args.app == "all" else [args.app]:
-            host_instructions.run(app, args.warmup, args.requests, args.setups, args.idle)
+            host_instructions.run(app, args.warmup, args.requests, args.setups, args.sparse)
     elif args.benchmark == "host-startup":
         host_startup.run(args.functions, args.rounds)
     elif args.benchmark == "ui-render":

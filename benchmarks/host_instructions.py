@@ -9,13 +9,18 @@ whatever else the machine does (so two lives run side by side, one per core).
 
 Each setup lives three times, identically up to the end of a warm-up of `warmup` requests
 of the route mix (sent one at a time); then the short life stops, the long one serves
-`requests` more first, and the idle one idles for `idle` seconds first (`IDLE`). Callgrind writes
-the worker's total when it exits. Long minus short is what the requests cost, with
-start-up, warm-up and exit cancelled out, plus what the worker's timers cost meanwhile
-(uvicorn ticks every 0.1 s, gunicorn's worker wakes every second; under callgrind a
-request takes ~50x longer, so timers would weigh ~50x their real share): the idle life
-gives their rate per second, and the long life's extra wall time times that rate is taken
-off. An A/A setup (no profiler, measured the same way) shows how exact this is. The host's
+`requests` more back to back first, and the sparse one serves one request every
+`SPARSE_GAP` seconds for `sparse` seconds first (`SPARSE`). Callgrind writes the worker's
+total when it exits. Long minus short is what the requests cost, with start-up, warm-up
+and exit cancelled out, plus what the worker's timers cost meanwhile (uvicorn ticks every
+0.1 s, gunicorn's worker wakes every second, the host's stream threads poll while its
+stream is open; under callgrind a request takes ~50x longer, so timers would weigh ~50x
+their real share). The sparse life serves far fewer requests a second than the long one,
+with the worker's timers in the same state (the host reports its counts every 5 s, so its
+stream stays open in both, as it does under load; a life that only idled would see it
+close), so the two lives together give both the cost per request and the timers' rate per
+second (`_separated`), and the timers' share is taken off. An A/A setup (no profiler,
+measured the same way) shows how exact this is. The host's
 setups run with `--code-cache off` (all lives rewrite the same code at start-up) and
 `--flush-interval 10s` (a batch then holds about as many requests as 0.2 s does at full
 speed).
@@ -84,7 +89,8 @@ REQUEST_TIMEOUT = 300.0  # s; a first request under callgrind imports and compil
 SHIP_TIMEOUT = 300.0  # s for the host to ship and the server to store what a life recorded
 QUIET = 2.0  # s the server's stored count must stay unchanged before the life ends
 # (a host setup's: a flush interval more, so no batch is still on its way)
-IDLE = 30.0  # s the idle life idles after its warm-up, by default
+SPARSE = 30.0  # s the sparse life serves after its warm-up, by default
+SPARSE_GAP = 3.0  # s between its requests: under the host's 5-s count reports
 DEFAULT_SETUPS = "aa,off,unsampled,all"  # with none; the peers on request (--setups)
 RATE_WINDOWS = 3  # wrk windows of the plain worker, for the sampled share
 
@@ -102,12 +108,17 @@ def _callgrind(out: Path, core: int) -> Launch:
     )  # fmt: skip
 
 
-def send(app: App, port: int, count: int) -> None:
-    """`count` requests of the app's mix, in turn, each answered before the next is sent."""
+def send(app: App, port: int, count: int, seconds: float = 0.0) -> None:
+    """`count` requests of the app's mix, in turn, each answered before the next is sent:
+    back to back, or spread evenly over `seconds` (which then pass in full)."""
+    start = time.monotonic()
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=REQUEST_TIMEOUT) as client:
         for number in range(count):
+            if seconds:
+                time.sleep(max(0.0, start + number * seconds / count - time.monotonic()))
             method, path, body = app.mix[number % len(app.mix)]
             client.request(method, path, json=body).raise_for_status()
+    time.sleep(max(0.0, start + seconds - time.monotonic()))
 
 
 def _stored(profiler: ServerProcess, setup: Setup) -> float:
@@ -196,11 +207,11 @@ def _recorded_at_warmup(app: App, setup: Setup, warmup: int) -> int:
 @dataclass(frozen=True)
 class Life:
     """What one life of a worker does after its warm-up: serve `requests` more requests,
-    then idle for `idle` seconds."""
+    back to back or spread over `seconds`."""
 
     name: str
     requests: int
-    idle: float
+    seconds: float
 
 
 def life(
@@ -231,11 +242,10 @@ def life(
     try:
         recorded = _settle(profiler, one_life, _recorded_at_warmup(app, setup, warmup))
         warm = time.monotonic()
-        send(app, process.port, plan.requests)
+        send(app, process.port, plan.requests, plan.seconds)
         if setup.host is not None:
             expected = recorded + plan.requests if setup.key == "all" else recorded
             recorded = _settle(profiler, one_life, expected) - recorded
-        time.sleep(plan.idle)
         wall = time.monotonic() - warm
     finally:
         process.stop()
@@ -243,6 +253,7 @@ def life(
         "instructions": _instructions(out, process.worker),
         "collector_instructions": _collector_instructions(out, process.worker),
         "wall_after_warmup": round(wall, 2),
+        "served_after_warmup": plan.requests,
         "recorded_after_warmup": recorded,
     }
     print(f"  {setup.name}, {plan.name}: {figure}")
@@ -261,36 +272,47 @@ def _full_speed_rate(app: App, profiler: ServerProcess, tmp: Path, shop: Path | 
         plain.stop()
 
 
-def _lives(requests: int, idle: float) -> tuple[Life, Life, Life]:
-    return Life("short", 0, 0.0), Life("long", requests, 0.0), Life("idle", 0, idle)
+def _lives(requests: int, sparse: float) -> tuple[Life, Life, Life]:
+    return (
+        Life("short", 0, 0.0),
+        Life("long", requests, 0.0),
+        Life("sparse", int(sparse // SPARSE_GAP), sparse),
+    )
 
 
-def _differenced(short: dict, long: dict, idle: dict, requests: int, key: str) -> tuple:
-    """Per request and per second of idling: the long life minus the short one, less the
-    idle rate (from the idle life) times the wall time the long life took longer. Timers
-    tick while a worker serves too (uvicorn's 0.1 s tick, gunicorn's heartbeat, the host's
-    flushes), and under callgrind a request takes ~50x longer, so without this a slower
-    setup would be charged ~50x its timers' real share."""
-    rate = (idle[key] - short[key]) / (idle["wall_after_warmup"] - short["wall_after_warmup"])
-    slower = long["wall_after_warmup"] - short["wall_after_warmup"]
-    return (long[key] - short[key] - rate * slower) / requests, rate
+def _separated(short: dict, long: dict, sparse: dict, key: str) -> tuple[float, float]:
+    """`key` per request, and per second of the worker's timers, from the long and sparse
+    lives less the short one: each is `served` x per request + wall seconds x rate, two
+    equations in two unknowns. Timers tick while a worker serves (uvicorn's 0.1 s tick,
+    gunicorn's heartbeat, the host's stream and flushes), and under callgrind a request
+    takes ~50x longer, so without this a slower setup would be charged ~50x its timers'
+    real share. With no request in the sparse life this is its idle rate, taken off the
+    long life's extra wall time."""
+    wall = "wall_after_warmup"
+    more_long, more_sparse = long[key] - short[key], sparse[key] - short[key]
+    wall_long, wall_sparse = long[wall] - short[wall], sparse[wall] - short[wall]
+    served_long, served_sparse = long["served_after_warmup"], sparse["served_after_warmup"]
+    per_request = (more_long * wall_sparse - more_sparse * wall_long) / (
+        served_long * wall_sparse - served_sparse * wall_long
+    )
+    return per_request, (more_sparse - served_sparse * per_request) / wall_sparse
 
 
-def _per_request(lives: dict, setup: Setup, requests: int, idle: float) -> dict:
+def _per_request(lives: dict, setup: Setup, requests: int, sparse: float) -> dict:
     """Instructions per request, with and without the cyclic collector's. The collector
     is lumpy: a full collection walks every tracked object (~40,000 in these workers,
     ~15M instructions), so one more or one fewer in a life moves its figure by ~0.5% at
     200 requests; its own column shows it."""
-    short, long, idle = (lives[setup.key, one.name] for one in _lives(requests, idle))
-    per_request, rate = _differenced(short, long, idle, requests, "instructions")
-    collector, _ = _differenced(short, long, idle, requests, "collector_instructions")
+    short, long, sparse_life = (lives[setup.key, one.name] for one in _lives(requests, sparse))
+    per_request, rate = _separated(short, long, sparse_life, "instructions")
+    collector, _ = _separated(short, long, sparse_life, "collector_instructions")
     return {
         "per_request": per_request,
         "collector_per_request": collector,
         "outside_collector_per_request": per_request - collector,
-        "idle_per_second": rate,
+        "timers_per_second": rate,
         "recorded_per_request": long["recorded_after_warmup"] / requests,
-        "lives": {"short": short, "long": long, "idle": idle},
+        "lives": {"short": short, "long": long, "sparse": sparse_life},
     }
 
 
@@ -321,7 +343,7 @@ def _where_it_goes(
     return out
 
 
-def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = IDLE) -> dict:
+def run(app_key: str, warmup: int, requests: int, keys: str = "", sparse: float = SPARSE) -> dict:
     app = host_app.APPS[app_key]
     started_load = os.getloadavg()
     scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -332,7 +354,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
         shop = host_app.shop_database(tmp, dict(os.environ)) if app.shop else None
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             rate = _full_speed_rate(app, profiler, tmp, shop) if composes else 0.0
-            plan = [(setup, one) for setup in setups for one in _lives(requests, idle)]
+            plan = [(setup, one) for setup in setups for one in _lives(requests, sparse)]
             print(f"{app.key}: {len(plan)} lives under callgrind, {len(CORES)} at a time")
             with ThreadPoolExecutor(len(CORES)) as pool:
                 futures = {
@@ -349,7 +371,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
                 }
                 lives = {key: future.result() for key, future in futures.items()}
     functions = {key: one.pop("functions") for key, one in lives.items()}
-    figures = {setup.name: _per_request(lives, setup, requests, idle) for setup in setups}
+    figures = {setup.name: _per_request(lives, setup, requests, sparse) for setup in setups}
     if composes:
         figures[DEFAULT_COMPOSED] = {
             key: overhead.at_default_rate(
@@ -372,7 +394,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
             f"{one['ratio']:.4f}",
             f"{one['collector_per_request']:,.0f}",
             f"{one['ratio_outside_collector']:.4f}",
-            f"{one['idle_per_second']:,.0f}" if "idle_per_second" in one else "-",
+            f"{one['timers_per_second']:,.0f}" if "timers_per_second" in one else "-",
         )
         for setup, one in figures.items()
     ]
@@ -382,7 +404,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
         "ratio to none",
         "of which collector",
         "ratio outside collector",
-        "idle instructions/s",
+        "timers' instructions/s",
     )
     print(results.table(headers, rows))
     if composes:
@@ -392,7 +414,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", idle: float = 
         "include": app.include,
         "warmup_requests": warmup,
         "requests": requests,
-        "idle_seconds": idle,
+        "sparse_seconds": sparse,
         "load_average_at_start": started_load,
         "setups": figures,
     }

@@ -45,7 +45,7 @@ HOST_APP_VERSIONS = [
 ]  # fmt: skip
 HOST_INSTRUCTIONS = [
     "host-instructions", "--app", "fast-sync", "--warmup", "3", "--requests", "5",
-    "--idle", "2", "--setups", "off",
+    "--sparse", "4", "--setups", "off",
 ]  # fmt: skip
 
 
@@ -161,7 +161,8 @@ def test_host_instructions_counts_each_setup(overhead_results: Path) -> None:
     for figure in setups.values():
         assert figure["per_request"] > 0
         assert figure["recorded_per_request"] == 0.0
-        assert set(figure["lives"]) == {"short", "long", "idle"}
+        assert set(figure["lives"]) == {"short", "long", "sparse"}
+        assert figure["lives"]["sparse"]["served_after_warmup"] == 1
     # where the host's instructions go, by function, against none
     top = result["by_function"][host_app.OFF]
     assert top and all(":" in name and isinstance(n, float) for name, n in top)
