@@ -963,6 +963,29 @@ resumable_lane(PyObject *token)
 
 /* ---- the hooks --------------------------------------------------------------------- */
 
+/* The lane an InLane runs its work in on this thread, and that lane's parent (both borrowed:
+ * the running InLane holds them). Work handed over runs in the lane's context, but it may run
+ * part of itself in a context it copied before the hand-over (asgiref's `sync_to_async` runs
+ * the view in `context.run`), which holds the parent: that part belongs in the handed lane
+ * too, nested under the work's calls, not in a thread lane of the parent's. */
+static _Thread_local PyObject *handed_lane = NULL;
+static _Thread_local PyObject *handed_parent = NULL;
+
+/* The handed lane (a new reference, claimed for this thread) when `lane` is its parent,
+ * else NULL (no exception set). */
+static PyObject *
+handed_here(PyObject *lane)
+{
+    LaneCore *handed = (LaneCore *)handed_lane;
+    unsigned long ident;
+    if (handed == NULL || handed_parent != lane)
+        return NULL;
+    ident = PyThread_get_thread_ident();
+    if (handed->thread == 0) /* UNCLAIMED: the first call of the work claims it */
+        handed->thread = ident;
+    return handed->thread == ident ? Py_NewRef(handed_lane) : NULL;
+}
+
 /* Records the ENTER of a call of `fid` on `lane` (or this thread's own lane).
  * 1: recorded, *lane_out is a new reference, *fk_out and *call_out are set; 0: not recorded
  * (over the event cap, or a failure that was swallowed); -1: a BaseException propagates. */
@@ -980,7 +1003,10 @@ enter_core(PyObject *lane_arg, PyObject *fid_arg, PyObject **lane_out, long long
         goto fail;
     }
     lane = (LaneCore *)lane_arg;
-    if (lane->thread != PyThread_get_thread_ident()) {
+    if (lane->thread != PyThread_get_thread_ident() && (lane_obj = handed_here(lane_arg))) {
+        lane = (LaneCore *)lane_obj;
+    }
+    else if (lane->thread != PyThread_get_thread_ident()) {
         /* a context copied into another thread: that thread gets its own lane */
         if (own_lane_cb == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure() was not called");
@@ -1521,7 +1547,8 @@ mark_done(PyObject *lane)
 static PyObject *
 in_lane_call(InLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *lane = self->lane, *work = self->work, *token, *result;
+    PyObject *lane = self->lane, *work = self->work, *token, *result, *parent;
+    PyObject *saved_lane, *saved_parent;
     if (work == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "InLane: its work ran already");
         return NULL;
@@ -1533,7 +1560,21 @@ in_lane_call(InLane *self, PyObject *const *args, size_t nargsf, PyObject *kwnam
         Py_DECREF(work);
         return NULL;
     }
+    parent = PyObject_GetAttrString(lane, "parent");
+    if (parent == NULL && swallow() < 0) {
+        Py_DECREF(lane);
+        Py_DECREF(work);
+        Py_XDECREF(token);
+        return NULL;
+    }
+    saved_lane = handed_lane;
+    saved_parent = handed_parent;
+    handed_lane = lane;
+    handed_parent = parent;
     result = PyObject_Vectorcall(work, args, nargsf, kwnames);
+    handed_lane = saved_lane;
+    handed_parent = saved_parent;
+    Py_XDECREF(parent);
     Py_DECREF(work);
     if (token != NULL) {
         if (after_work(reset_current, token) < 0)
@@ -1559,6 +1600,266 @@ static PyTypeObject InLaneType = {
     .tp_traverse = (traverseproc)in_lane_traverse,
     .tp_clear = (inquiry)in_lane_clear,
     .tp_new = in_lane_new,
+};
+
+/* ---- asyncio's scheduling while a sampled request is in flight ----------------------
+ * The twins of `propagation._call_soon` and `propagation._handle_run`, installed in their
+ * place as `BaseEventLoop.call_soon` and `Handle._run` (see there for what they do): every
+ * loop callback of every request passes through them while they are in, so they run no
+ * Python frame unless a sampled lane is concerned. */
+
+static PyObject *task_type = NULL;  /* asyncio.Task */
+static PyObject *on_step_cb = NULL; /* propagation._on_step(lane, task, context) */
+static PyObject *gate_list = NULL;  /* hooks.ACTIVE: open while not empty */
+
+/* The lane `context` holds (new reference, Py_None for none), or NULL with an exception. */
+static PyObject *
+lane_in(PyObject *context)
+{
+    int has;
+    if (!PyContext_CheckExact(context))
+        return PyObject_CallMethod(context, "get", "O", current_var);
+    has = PySequence_Contains(context, current_var);
+    if (has <= 0)
+        return has < 0 ? NULL : Py_NewRef(Py_None);
+    return PyObject_GetItem(context, current_var);
+}
+
+/* The task `callback` is a step or wakeup of (`isinstance(callback.__self__, Task)`): 1 with
+ * *task a new reference, 0 when it is none, -1 with an exception. */
+static int
+step_task(PyObject *callback, PyObject **task)
+{
+    PyObject *self = NULL;
+    int is;
+    *task = NULL;
+    if (PyCFunction_Check(callback))
+        self = Py_XNewRef(PyCFunction_GET_SELF(callback));
+    else if (PyMethod_Check(callback))
+        self = Py_NewRef(PyMethod_GET_SELF(callback));
+    else if (!PyFunction_Check(callback) &&
+             PyObject_GetOptionalAttrString(callback, "__self__", &self) < 0)
+        return -1;
+    if (self == NULL)
+        return 0;
+    is = PyObject_IsInstance(self, task_type);
+    if (is > 0)
+        *task = self;
+    else
+        Py_DECREF(self);
+    return is;
+}
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *original; /* the function it stands in for */
+} Scheduling;
+
+static PyTypeObject SchedulingType;
+
+/* Sets CURRENT to `value` in `context`, which is not entered: the token, or NULL. */
+static PyObject *
+set_in(PyObject *context, PyObject *value)
+{
+    PyObject *token;
+    if (PyContext_Enter(context) < 0)
+        return NULL;
+    token = PyContextVar_Set(current_var, value);
+    if (PyContext_Exit(context) < 0)
+        Py_CLEAR(token);
+    return token;
+}
+
+static PyObject *reset_context = NULL; /* the context `reset_in` works in */
+
+static int
+reset_in(PyObject *token)
+{
+    int rc;
+    if (PyContext_Enter(reset_context) < 0)
+        return -1;
+    rc = PyContextVar_Reset(current_var, token);
+    if (PyContext_Exit(reset_context) < 0)
+        rc = -1;
+    return rc;
+}
+
+/* Handle._run(handle): a callback that is not a task's step, scheduled in a sampled lane,
+ * runs with no lane in that same context (its calls would nest under suspended frames). */
+static PyObject *
+handle_run(Scheduling *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *context = NULL, *lane = NULL, *callback = NULL, *task = NULL, *token = NULL;
+    PyObject *result;
+    int step;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL)
+        return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+    context = PyObject_GetAttrString(args[0], "_context");
+    if (context != NULL && context != Py_None)
+        lane = lane_in(context);
+    if (lane != NULL && lane != Py_None) {
+        callback = PyObject_GetAttrString(args[0], "_callback");
+        step = callback == NULL ? -1 : step_task(callback, &task);
+        if (step == 0)
+            token = set_in(context, Py_None);
+        else if (step > 0)
+            Py_DECREF(task);
+        Py_XDECREF(callback);
+    }
+    Py_XDECREF(lane);
+    if (PyErr_Occurred() && swallow() < 0) { /* else it runs as it would plainly */
+        Py_XDECREF(context);
+        Py_XDECREF(token);
+        return NULL;
+    }
+    result = PyObject_Vectorcall(self->original, args, nargsf, NULL);
+    if (token != NULL) {
+        reset_context = context;
+        if (after_work(reset_in, token) < 0)
+            Py_CLEAR(result);
+        reset_context = NULL;
+        Py_DECREF(token);
+    }
+    Py_XDECREF(context);
+    return result;
+}
+
+/* loop.call_soon(callback, *args, context=None): a task's step scheduled in a sampled lane
+ * marks the task's coroutines ready from now on. */
+static PyObject *
+call_soon(Scheduling *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), k, nkw;
+    PyObject *context = NULL, *lane, *task, *done;
+    int step;
+    if (kwnames != NULL && nargs >= 2 && gate_list != NULL && PyList_GET_SIZE(gate_list) > 0) {
+        nkw = PyTuple_GET_SIZE(kwnames);
+        for (k = 0; k < nkw; k++)
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "context") == 0)
+                context = args[nargs + k];
+    }
+    if (context != NULL && context != Py_None) {
+        lane = lane_in(context);
+        if (lane != NULL && lane != Py_None) {
+            step = step_task(args[1], &task);
+            if (step > 0) {
+                done = PyObject_CallFunctionObjArgs(on_step_cb, lane, task, context, NULL);
+                Py_XDECREF(done);
+                Py_DECREF(task);
+            }
+        }
+        Py_XDECREF(lane);
+        if (PyErr_Occurred() && swallow() < 0)
+            return NULL;
+    }
+    return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+}
+
+static PyObject *
+scheduling_make(PyObject *original, vectorcallfunc call)
+{
+    Scheduling *self;
+    if (task_type == NULL || on_step_cb == NULL || current_var == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure_loop() was not called");
+        return NULL;
+    }
+    self = PyObject_GC_New(Scheduling, &SchedulingType);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = call;
+    self->original = Py_NewRef(original);
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+hp_handle_run(PyObject *module, PyObject *original)
+{
+    return scheduling_make(original, (vectorcallfunc)handle_run);
+}
+
+static PyObject *
+hp_call_soon(PyObject *module, PyObject *original)
+{
+    return scheduling_make(original, (vectorcallfunc)call_soon);
+}
+
+/* configure_loop(task_type, on_step, gate) */
+static PyObject *
+hp_configure_loop(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("configure_loop", nargs, 3) < 0)
+        return NULL;
+    if (!PyType_Check(args[0]) || !PyCallable_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "configure_loop(task_type, on_step, gate: list)");
+        return NULL;
+    }
+    Py_XSETREF(task_type, Py_NewRef(args[0]));
+    Py_XSETREF(on_step_cb, Py_NewRef(args[1]));
+    Py_XSETREF(gate_list, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* As a class attribute it is a method: bound to the instance it is read from. */
+static PyObject *
+scheduling_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+/* Its name, docs and the rest are the original's (`functools.wraps`). */
+static PyObject *
+scheduling_getattro(Scheduling *self, PyObject *name)
+{
+    PyObject *found = PyObject_GenericGetAttr((PyObject *)self, name);
+    if (found != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return found;
+    PyErr_Clear();
+    if (PyUnicode_CompareWithASCIIString(name, "__wrapped__") == 0)
+        return Py_NewRef(self->original);
+    return PyObject_GetAttr(self->original, name);
+}
+
+static int
+scheduling_traverse(Scheduling *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->original);
+    return 0;
+}
+
+static int
+scheduling_clear(Scheduling *self)
+{
+    Py_CLEAR(self->original);
+    return 0;
+}
+
+static void
+scheduling_dealloc(Scheduling *self)
+{
+    PyObject_GC_UnTrack(self);
+    scheduling_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyTypeObject SchedulingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "profiler_host._hotpath.Scheduling",
+    .tp_basicsize = sizeof(Scheduling),
+    .tp_dealloc = (destructor)scheduling_dealloc,
+    .tp_vectorcall_offset = offsetof(Scheduling, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getattro = (getattrofunc)scheduling_getattro,
+    .tp_descr_get = scheduling_get,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A loop method of asyncio's, wrapped while a sampled request is in flight "
+              "(handle_run, call_soon).",
+    .tp_traverse = (traverseproc)scheduling_traverse,
+    .tp_clear = (inquiry)scheduling_clear,
 };
 
 /* Writes `value` as a protobuf varint at `at`; returns the end. */
@@ -1714,6 +2015,10 @@ static PyMethodDef methods[] = {
      "pack(buffer, start, stop, previous_ns, kinds, functions, calls, deltas) -> (first, last)"},
     {"configure", (PyCFunction)(void (*)(void))hp_configure, METH_FASTCALL,
      "configure(own_lane, failed, running, current)"},
+    {"configure_loop", (PyCFunction)(void (*)(void))hp_configure_loop, METH_FASTCALL,
+     "configure_loop(task_type, on_step, gate)"},
+    {"handle_run", hp_handle_run, METH_O, "handle_run(original) -> Handle._run's stand-in"},
+    {"call_soon", hp_call_soon, METH_O, "call_soon(original) -> BaseEventLoop.call_soon's stand-in"},
     {NULL},
 };
 
@@ -1732,7 +2037,8 @@ PyInit__hotpath(void)
     size_t i;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
         PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0 ||
-        PyType_Ready(&EventBufferType) < 0 || PyType_Ready(&CallTokenType) < 0)
+        PyType_Ready(&SchedulingType) < 0 || PyType_Ready(&EventBufferType) < 0 ||
+        PyType_Ready(&CallTokenType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
     if (cancelled_module == NULL)

@@ -106,3 +106,8 @@ def configure(
     current: ContextVar[Any],
     /,
 ) -> None: ...
+def configure_loop(
+    task_type: type, on_step: Callable[[Any, Any, Any], None], gate: list[Any], /
+) -> None: ...
+def handle_run(original: Callable[..., Any], /) -> Callable[..., Any]: ...  # Handle._run's
+def call_soon(original: Callable[..., Any], /) -> Callable[..., Any]: ...  # call_soon's

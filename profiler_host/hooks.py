@@ -91,13 +91,32 @@ def _failed(exc: BaseException | None = None) -> None:
         )
 
 
+class Handed(threading.local):
+    """The lane an `InLane` runs its work in on this thread (the Python twin of the C hot
+    path's thread-local pair): work handed over may run part of itself in a context it
+    copied before the hand-over, which holds the lane's parent (asgiref's `sync_to_async`
+    runs the view in `context.run`); that part belongs in the handed lane, nested under the
+    work's own calls."""
+
+    lane: recording.Lane | None = None
+
+
+HANDED = Handed()
+
+
 def _own_lane(lane: recording.Lane) -> recording.Lane:
     """The lane of this thread. A lane handed to another thread (`propagation`) is claimed
-    by the first thread that records in it; a context copied into another thread without
-    one gets a lane of its own."""
+    by the first thread that records in it; the parent of the lane handed to this thread
+    stands for that lane; a context copied into another thread otherwise gets a lane of its
+    own."""
     ident = get_ident()
+    handed = HANDED.lane
+    if handed is not None and handed.parent is lane and handed.thread in (UNCLAIMED, ident):
+        lane = handed
     if lane.thread == UNCLAIMED:
         lane.thread = ident
+        return lane
+    if lane.thread == ident:
         return lane
     request = lane.request
     for other in request.lanes:

@@ -32,18 +32,20 @@ from typing import Any, TypeGuard
 
 from profiler_core.model import LaneKind
 from profiler_host import integrations, recording
-from profiler_host.hooks import ACTIVE, UNCLAIMED, ready
+from profiler_host.hooks import ACTIVE, HANDED, UNCLAIMED, ready
 from profiler_host.recording import CURRENT, Lane
 
 _originals: dict[tuple[object, str], Callable] = {}  # what we wrapped
 _wrappers: dict[tuple[object, str], Callable] = {}  # our wrapper of it
+_made_by: dict[tuple[object, str], Callable] = {}  # the wrap that made it
 _installed = False  # between install() and uninstall()
 
 
 class _PyInLane:
     """Python twin of `_hotpath.InLane` (see there): the work runs once with CURRENT set to
-    the lane in the context it runs in anyway, and finds CURRENT as it was after. Its call
-    is one Python frame on the work's stack, which the C type does not add."""
+    the lane in the context it runs in anyway (and the lane handed to this thread, see
+    `hooks.Handed`), and finds CURRENT as it was after. Its call is one Python frame on the
+    work's stack, which the C type does not add."""
 
     __slots__ = ("lane", "work")
 
@@ -57,9 +59,11 @@ class _PyInLane:
             raise RuntimeError("InLane: its work ran already")
         self.lane = self.work = None
         token = CURRENT.set(lane)
+        saved, HANDED.lane = HANDED.lane, lane
         try:
             return work(*args, **kwargs)
         finally:
+            HANDED.lane = saved
             CURRENT.reset(token)
             lane.done = True
 
@@ -334,10 +338,15 @@ def _call_soon(original: Callable) -> Callable:
         if ACTIVE and context is not None:
             lane = context.get(CURRENT)
             if lane is not None and _is_task_step(callback):
-                ready(task_lane(lane, callback.__self__, context))  # type: ignore[attr-defined]
+                _on_step(lane, callback.__self__, context)  # type: ignore[attr-defined]
         return original(self, callback, *args, context=context)
 
     return call_soon
+
+
+def _on_step(lane: Lane, task: asyncio.Task, context: contextvars.Context) -> None:
+    """`task`'s step was scheduled in `context`, which holds `lane`: its lane is ready."""
+    ready(task_lane(lane, task, context))
 
 
 def _handle_run(original: Callable) -> Callable:
@@ -450,10 +459,25 @@ def _anyio_run_sync(original: Callable) -> Callable:
 
 
 Wrap = Callable[[Callable], Callable]
+
+
+def _scheduling() -> tuple[Wrap, Wrap]:
+    """The stand-ins for asyncio's `call_soon` and `Handle._run`, which every callback of
+    every request passes through while they are in: the C ones with the C hot path (no
+    Python frame unless a sampled lane is concerned), else their Python twins."""
+    if recording.IMPLEMENTATION != "c":
+        return _call_soon, _handle_run
+    from profiler_host import _hotpath
+
+    _hotpath.configure_loop(asyncio.Task, _on_step, ACTIVE)
+    return _hotpath.call_soon, _hotpath.handle_run
+
+
+CALL_SOON, HANDLE_RUN = _scheduling()
 _PATCHES: list[tuple[object, str, Wrap]] = [
     (asyncio.BaseEventLoop, "create_task", _create_task),
-    (asyncio.BaseEventLoop, "call_soon", _call_soon),
-    (asyncio.Handle, "_run", _handle_run),
+    (asyncio.BaseEventLoop, "call_soon", CALL_SOON),
+    (asyncio.Handle, "_run", HANDLE_RUN),
     (threading.Thread, "start", _thread_start),
     (ThreadPoolExecutor, "submit", _submit),
 ]
@@ -478,7 +502,10 @@ def _patch(owner: object, name: str, wrap: Wrap) -> None:
         return
     if current is not _originals.get(key):  # first time, or patched by someone else since
         _originals[key] = current
-        _wrappers[key] = wrap(current)
+        _made_by.pop(key, None)
+    if _made_by.get(key) is not wrap:
+        _made_by[key] = wrap
+        _wrappers[key] = wrap(_originals[key])
     setattr(owner, name, _wrappers[key])
 
 

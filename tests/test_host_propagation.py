@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from profiler_core.model import LaneKind
+from profiler_core.model import EventKind, LaneKind
 from profiler_host import hooks, propagation, recording, runtime
 from profiler_host.recording import CURRENT
 from profiler_host.settings import HostSettings
@@ -435,6 +435,51 @@ def test_in_lane_passes_the_work_s_exception_on(in_lane: tuple[str, type], error
     assert frames(in_lane_type(lane, fails)) == [plain[0], *EXTRA_FRAMES[name], *plain[1:]]
 
 
+HOOKS_OF = {"python": hooks.PYTHON_HOOKS, "c": hooks.HOOKS}
+
+
+def test_work_run_in_a_context_copied_before_the_hand_over_records_in_its_lane(
+    in_lane: tuple[str, type],
+) -> None:
+    """asgiref's `sync_to_async` copies the task's context (which holds the task's lane),
+    hands the work to a thread, and there runs the view in that copy: the view's calls
+    nest in the lane handed over, under the work's own, with no thread lane of their own.
+    A context of another lane stays apart."""
+    name, in_lane_type = in_lane
+    enter, exit_ = HOOKS_OF[name].enter, HOOKS_OF[name].exit
+    request = recording.Request(1, "/r", "GET", 100)
+    other = recording.Request(2, "/o", "GET", 100)
+    handed = request.spawn(request.main, LaneKind.EXECUTOR, "work")
+    handed.thread = hooks.UNCLAIMED
+    copied, apart = contextvars.Context(), contextvars.Context()
+    copied.run(CURRENT.set, request.main)
+    apart.run(CURRENT.set, other.main)
+
+    def call(function: int) -> None:
+        token = enter(function)
+        assert token is not None
+        exit_(token)
+
+    def work() -> None:
+        token = enter(1)
+        copied.run(call, 2)
+        apart.run(call, 3)
+        exit_(token)
+
+    thread = threading.Thread(target=lambda: contextvars.Context().run(in_lane_type(handed, work)))
+    thread.start()
+    thread.join()
+    assert [(kind, function) for kind, function, *_ in handed.events] == [
+        (EventKind.ENTER, 1), (EventKind.ENTER, 2), (EventKind.EXIT, 2), (EventKind.EXIT, 1)
+    ]  # fmt: skip
+    assert handed.thread == thread.ident
+    assert request.lanes == [request.main, handed]
+    (thread_lane,) = other.lanes[1:]  # the other request's context: a thread lane of its own
+    assert [(kind, function) for kind, function, *_ in thread_lane.events] == [
+        (EventKind.ENTER, 3), (EventKind.EXIT, 3)
+    ]  # fmt: skip
+
+
 def test_a_finished_thread_holds_nothing_of_the_request() -> None:
     """A thread started in a sampled request runs in a lane of its own, under the starting
     one; once it is done, the Thread holds neither that lane nor a stand-in."""
@@ -626,6 +671,22 @@ def instrumented(source: str, filename: str) -> tuple[dict[str, Any], dict[int, 
     return namespace, functions
 
 
+SCHEDULINGS = {"python": (propagation._call_soon, propagation._handle_run)}
+if recording.IMPLEMENTATION == "c":
+    SCHEDULINGS["c"] = (propagation.CALL_SOON, propagation.HANDLE_RUN)
+
+
+@pytest.fixture(params=list(SCHEDULINGS))
+def scheduling(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """asyncio's `call_soon` and `Handle._run` stood in for by the C stand-ins and by their
+    Python twins, in turn."""
+    call_soon, handle_run = SCHEDULINGS[request.param]
+    chosen = {"call_soon": call_soon, "_run": handle_run}
+    patches = [(owner, name, chosen.get(name, wrap)) for owner, name, wrap in propagation._PATCHES]
+    monkeypatch.setattr(propagation, "_PATCHES", patches)
+    return request.param
+
+
 @contextlib.contextmanager
 def recorded_run(loop: str) -> Iterator[tuple[recording.Request, asyncio.Runner]]:
     """A sampled request with the propagation patches in, and a runner on `loop`."""
@@ -638,7 +699,7 @@ def recorded_run(loop: str) -> Iterator[tuple[recording.Request, asyncio.Runner]
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_loop_callbacks_do_not_nest_under_suspended_coroutines(loop: str) -> None:
+def test_loop_callbacks_do_not_nest_under_suspended_coroutines(loop: str, scheduling: str) -> None:
     """A loop callback runs in the context it was scheduled from, the lane of a task whose
     coroutines gave control away by `await` (no hook saw it): it runs with no lane, so
     nothing nests under frames that are not running (anyio's cancellation delivery)."""
@@ -665,7 +726,7 @@ NOT_ON_UVLOOP = [
 
 
 @pytest.mark.parametrize("loop", NOT_ON_UVLOOP)
-def test_a_woken_task_is_marked_ready(loop: str) -> None:
+def test_a_woken_task_is_marked_ready(loop: str, scheduling: str) -> None:
     """The step of a task whose awaited future is done is scheduled through the loop's
     `call_soon`: on either loop its lane learns it is ready from then on."""
     marked: list[recording.Lane] = []
@@ -684,6 +745,34 @@ def test_a_woken_task_is_marked_ready(loop: str) -> None:
     finally:
         propagation.ready = original  # type: ignore[assignment]
     assert req.main in marked
+
+
+def test_the_stand_ins_keep_the_loop_s_names_and_errors(scheduling: str) -> None:
+    """While the patches are in, asyncio's methods keep their names and say what they wrap;
+    a callback's exception, in a sampled lane or not, reaches the loop's handler as it does
+    plainly, and a call with the wrong arguments fails as the original does."""
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda loop, context: errors.append(context["exception"]))
+        loop.call_soon(lambda: 1 / 0)
+        loop.call_soon(lambda: 1 / 0, context=contextvars.Context())
+        with pytest.raises(TypeError):
+            loop.call_soon()  # type: ignore[call-arg]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    with recorded_run("asyncio") as (_, runner):
+        originals = propagation._originals
+        assert asyncio.Handle._run.__name__ == "_run"
+        assert asyncio.BaseEventLoop.call_soon.__name__ == "call_soon"
+        assert (
+            asyncio.BaseEventLoop.call_soon.__wrapped__
+            is originals[(asyncio.BaseEventLoop, "call_soon")]
+        )
+        runner.run(main())
+    assert [type(error) for error in errors] == [ZeroDivisionError] * 2
 
 
 READER = """
@@ -713,7 +802,7 @@ async def main():
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-def test_a_task_woken_by_a_callback_in_its_own_lane_still_nests(loop: str) -> None:
+def test_a_task_woken_by_a_callback_in_its_own_lane_still_nests(loop: str, scheduling: str) -> None:
     """uvloop runs a reader (and a transport's protocol) in the context it was added in,
     the lane of the task that waits, on top of the task's suspended frames: no ready mark
     records their suspension inside that call, where it would not nest (anyio's streams)."""
