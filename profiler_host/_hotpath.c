@@ -1602,11 +1602,12 @@ static PyTypeObject InLaneType = {
     .tp_new = in_lane_new,
 };
 
-/* ---- asyncio's scheduling while a sampled request is in flight ----------------------
- * The twins of `propagation._call_soon` and `propagation._handle_run`, installed in their
- * place as `BaseEventLoop.call_soon` and `Handle._run` (see there for what they do): every
- * loop callback of every request passes through them while they are in, so they run no
- * Python frame unless a sampled lane is concerned. */
+/* ---- stand-ins for the methods propagation patches ----------------------------------
+ * A class's method that `propagation` wraps is replaced by a StandIn, which calls the
+ * original while the gate is closed (no sampled request in flight) with no Python frame of
+ * ours, and otherwise: `gated`, the Python wrapper; `handle_run` and `call_soon`, the C
+ * twins of `propagation._handle_run` and `propagation._call_soon` (see there for what they
+ * do), which every loop callback of every request passes through while they are in. */
 
 static PyObject *task_type = NULL;  /* asyncio.Task */
 static PyObject *on_step_cb = NULL; /* propagation._on_step(lane, task, context) */
@@ -1654,9 +1655,23 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *original; /* the function it stands in for */
-} Scheduling;
+    PyObject *wrapper;  /* `gated`: what runs while the gate is open; else NULL */
+} StandIn;
 
-static PyTypeObject SchedulingType;
+static int
+gate_open(void)
+{
+    return gate_list != NULL && PyList_GET_SIZE(gate_list) > 0;
+}
+
+static PyObject *
+gated(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(gate_open() ? self->wrapper : self->original, args, nargsf,
+                               kwnames);
+}
+
+static PyTypeObject StandInType;
 
 /* Sets CURRENT to `value` in `context`, which is not entered: the token, or NULL. */
 static PyObject *
@@ -1688,12 +1703,12 @@ reset_in(PyObject *token)
 /* Handle._run(handle): a callback that is not a task's step, scheduled in a sampled lane,
  * runs with no lane in that same context (its calls would nest under suspended frames). */
 static PyObject *
-handle_run(Scheduling *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+handle_run(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyObject *context = NULL, *lane = NULL, *callback = NULL, *task = NULL, *token = NULL;
     PyObject *result;
     int step;
-    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL)
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || !gate_open())
         return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     context = PyObject_GetAttrString(args[0], "_context");
     if (context != NULL && context != Py_None)
@@ -1728,12 +1743,12 @@ handle_run(Scheduling *self, PyObject *const *args, size_t nargsf, PyObject *kwn
 /* loop.call_soon(callback, *args, context=None): a task's step scheduled in a sampled lane
  * marks the task's coroutines ready from now on. */
 static PyObject *
-call_soon(Scheduling *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+call_soon(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), k, nkw;
     PyObject *context = NULL, *lane, *task, *done;
     int step;
-    if (kwnames != NULL && nargs >= 2 && gate_list != NULL && PyList_GET_SIZE(gate_list) > 0) {
+    if (kwnames != NULL && nargs >= 2 && gate_open()) {
         nkw = PyTuple_GET_SIZE(kwnames);
         for (k = 0; k < nkw; k++)
             if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "context") == 0)
@@ -1757,18 +1772,19 @@ call_soon(Scheduling *self, PyObject *const *args, size_t nargsf, PyObject *kwna
 }
 
 static PyObject *
-scheduling_make(PyObject *original, vectorcallfunc call)
+stand_in_make(PyObject *original, PyObject *wrapper, vectorcallfunc call)
 {
-    Scheduling *self;
+    StandIn *self;
     if (task_type == NULL || on_step_cb == NULL || current_var == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_hotpath.configure_loop() was not called");
         return NULL;
     }
-    self = PyObject_GC_New(Scheduling, &SchedulingType);
+    self = PyObject_GC_New(StandIn, &StandInType);
     if (self == NULL)
         return NULL;
     self->vectorcall = call;
     self->original = Py_NewRef(original);
+    self->wrapper = Py_XNewRef(wrapper);
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -1776,13 +1792,22 @@ scheduling_make(PyObject *original, vectorcallfunc call)
 static PyObject *
 hp_handle_run(PyObject *module, PyObject *original)
 {
-    return scheduling_make(original, (vectorcallfunc)handle_run);
+    return stand_in_make(original, NULL, (vectorcallfunc)handle_run);
 }
 
 static PyObject *
 hp_call_soon(PyObject *module, PyObject *original)
 {
-    return scheduling_make(original, (vectorcallfunc)call_soon);
+    return stand_in_make(original, NULL, (vectorcallfunc)call_soon);
+}
+
+/* gated(original, wrapper) */
+static PyObject *
+hp_gated(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (check_nargs("gated", nargs, 2) < 0)
+        return NULL;
+    return stand_in_make(args[0], args[1], (vectorcallfunc)gated);
 }
 
 /* configure_loop(task_type, on_step, gate) */
@@ -1803,7 +1828,7 @@ hp_configure_loop(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* As a class attribute it is a method: bound to the instance it is read from. */
 static PyObject *
-scheduling_get(PyObject *self, PyObject *obj, PyObject *type)
+stand_in_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     if (obj == NULL || obj == Py_None)
         return Py_NewRef(self);
@@ -1812,7 +1837,7 @@ scheduling_get(PyObject *self, PyObject *obj, PyObject *type)
 
 /* Its name, docs and the rest are the original's (`functools.wraps`). */
 static PyObject *
-scheduling_getattro(Scheduling *self, PyObject *name)
+stand_in_getattro(StandIn *self, PyObject *name)
 {
     PyObject *found = PyObject_GenericGetAttr((PyObject *)self, name);
     if (found != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
@@ -1824,42 +1849,44 @@ scheduling_getattro(Scheduling *self, PyObject *name)
 }
 
 static int
-scheduling_traverse(Scheduling *self, visitproc visit, void *arg)
+stand_in_traverse(StandIn *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->original);
+    Py_VISIT(self->wrapper);
     return 0;
 }
 
 static int
-scheduling_clear(Scheduling *self)
+stand_in_clear(StandIn *self)
 {
     Py_CLEAR(self->original);
+    Py_CLEAR(self->wrapper);
     return 0;
 }
 
 static void
-scheduling_dealloc(Scheduling *self)
+stand_in_dealloc(StandIn *self)
 {
     PyObject_GC_UnTrack(self);
-    scheduling_clear(self);
+    stand_in_clear(self);
     PyObject_GC_Del(self);
 }
 
-static PyTypeObject SchedulingType = {
+static PyTypeObject StandInType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "profiler_host._hotpath.Scheduling",
-    .tp_basicsize = sizeof(Scheduling),
-    .tp_dealloc = (destructor)scheduling_dealloc,
-    .tp_vectorcall_offset = offsetof(Scheduling, vectorcall),
+    .tp_name = "profiler_host._hotpath.StandIn",
+    .tp_basicsize = sizeof(StandIn),
+    .tp_dealloc = (destructor)stand_in_dealloc,
+    .tp_vectorcall_offset = offsetof(StandIn, vectorcall),
     .tp_call = PyVectorcall_Call,
-    .tp_getattro = (getattrofunc)scheduling_getattro,
-    .tp_descr_get = scheduling_get,
+    .tp_getattro = (getattrofunc)stand_in_getattro,
+    .tp_descr_get = stand_in_get,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "A loop method of asyncio's, wrapped while a sampled request is in flight "
-              "(handle_run, call_soon).",
-    .tp_traverse = (traverseproc)scheduling_traverse,
-    .tp_clear = (inquiry)scheduling_clear,
+    .tp_doc = "A method propagation wraps: the original while no sampled request is in "
+              "flight (gated, handle_run, call_soon).",
+    .tp_traverse = (traverseproc)stand_in_traverse,
+    .tp_clear = (inquiry)stand_in_clear,
 };
 
 /* Writes `value` as a protobuf varint at `at`; returns the end. */
@@ -2018,7 +2045,10 @@ static PyMethodDef methods[] = {
     {"configure_loop", (PyCFunction)(void (*)(void))hp_configure_loop, METH_FASTCALL,
      "configure_loop(task_type, on_step, gate)"},
     {"handle_run", hp_handle_run, METH_O, "handle_run(original) -> Handle._run's stand-in"},
-    {"call_soon", hp_call_soon, METH_O, "call_soon(original) -> BaseEventLoop.call_soon's stand-in"},
+    {"call_soon", hp_call_soon, METH_O,
+     "call_soon(original) -> BaseEventLoop.call_soon's stand-in"},
+    {"gated", (PyCFunction)(void (*)(void))hp_gated, METH_FASTCALL,
+     "gated(original, wrapper) -> original while the gate is closed, else wrapper"},
     {NULL},
 };
 
@@ -2037,7 +2067,7 @@ PyInit__hotpath(void)
     size_t i;
     if (PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&CallsType) < 0 ||
         PyType_Ready(&LaneCoreType) < 0 || PyType_Ready(&InLaneType) < 0 ||
-        PyType_Ready(&SchedulingType) < 0 || PyType_Ready(&EventBufferType) < 0 ||
+        PyType_Ready(&StandInType) < 0 || PyType_Ready(&EventBufferType) < 0 ||
         PyType_Ready(&CallTokenType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");

@@ -192,7 +192,7 @@ class Profiler:
             with suppress(ValueError):  # already removed (a fork, or ended twice)
                 hooks.ACTIVE.remove(request)
             if not hooks.ACTIVE:
-                propagation.uninstall()  # unsampled requests run asyncio and threading as is
+                propagation.settle()  # unsampled requests run asyncio and threading as is
         self.transport.submit(request)
 
     @contextmanager

@@ -480,20 +480,29 @@ def test_work_run_in_a_context_copied_before_the_hand_over_records_in_its_lane(
     ]  # fmt: skip
 
 
+@contextlib.contextmanager
+def in_flight(request: recording.Request) -> Iterator[None]:
+    """`request` sampled and in flight in this context, with the patches in."""
+    propagation.install()
+    hooks.ACTIVE.append(request)
+    token = CURRENT.set(request.main)
+    try:
+        yield
+    finally:
+        CURRENT.reset(token)
+        hooks.ACTIVE.remove(request)
+        propagation.uninstall()
+
+
 def test_a_finished_thread_holds_nothing_of_the_request() -> None:
     """A thread started in a sampled request runs in a lane of its own, under the starting
     one; once it is done, the Thread holds neither that lane nor a stand-in."""
     request = recording.Request(1, "/r", "GET", 100)
     ids = []
-    propagation.install()
-    token = CURRENT.set(request.main)
-    try:
+    with in_flight(request):
         thread = threading.Thread(target=lambda: ids.append(CURRENT.get().id))
         thread.start()
         thread.join()
-    finally:
-        CURRENT.reset(token)
-        propagation.uninstall()
     (lane,) = [lane for lane in request.lanes if lane.id in ids]
     assert (lane.kind, lane.parent) == (LaneKind.THREAD, request.main)
     assert "_bootstrap" not in vars(thread)
@@ -507,9 +516,7 @@ def test_work_still_running_at_the_end_is_listed_and_pool_threads_are_no_lanes()
     pool starts to serve the request's work belong to the pool, not to the request."""
     request = recording.Request(1, "/r", "GET", 100)
     release = threading.Event()
-    propagation.install()
-    token = CURRENT.set(request.main)
-    try:
+    with in_flight(request):
         quick = threading.Thread(target=lambda: None, name="quick")
         quick.start()
         quick.join()
@@ -522,29 +529,44 @@ def test_work_still_running_at_the_end_is_listed_and_pool_threads_are_no_lanes()
             release.set()
             blocked.result()
         slow.join()
-    finally:
-        CURRENT.reset(token)
-        propagation.uninstall()
     names = {lane.id: lane.name for lane in request.lanes[1:]}
     assert sorted(names.values()) == ["Event.wait", "len", "quick", "slow"]
     assert sorted(names[lane_id] for lane_id in request.running_lanes) == ["Event.wait", "slow"]
 
 
-def test_patches_are_in_only_while_a_sampled_request_is_in_flight() -> None:
-    """The first sampled request in flight puts the propagation patches in, the last one
-    to end takes them out: requests that are not sampled run asyncio and threading as
-    they are, whatever was sampled before them."""
+def test_patches_work_only_while_a_sampled_request_is_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first sampled request in flight puts the propagation patches in. As the last one
+    ends, module functions get their originals back, and a class's patches stay in until
+    they have been in for `LINGER_NS` (with the C hot path), calling the originals: requests
+    that are not sampled run asyncio and threading as they are, whatever was sampled before
+    them, even in a context that still holds an ended request's lane."""
+    import anyio.to_thread
+
     settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
     profiler = runtime.Profiler(settings)
-    original = threading.Thread.start
+    original, run_sync = threading.Thread.start, anyio.to_thread.run_sync
+    lingers = propagation._hotpath is not None
     try:
         first = profiler.begin("/a", "GET", forced=True)
         second = profiler.begin("/b", "GET", forced=True)
         assert first and second and threading.Thread.start is not original
+        assert anyio.to_thread.run_sync is not run_sync
         profiler.end(first)
         assert threading.Thread.start is not original
         profiler.end(second)
-        assert threading.Thread.start is original
+        assert anyio.to_thread.run_sync is run_sync
+        assert (threading.Thread.start is not original) == lingers
+        token = CURRENT.set(second.main)
+        try:
+            thread = threading.Thread(target=lambda: None)
+            thread.start()
+            thread.join()
+        finally:
+            CURRENT.reset(token)
+        assert second.lanes == [second.main]  # the original ran: no lane
+        monkeypatch.setattr(propagation, "LINGER_NS", 0)
         again = profiler.begin("/c", "GET", forced=True)
         assert again and threading.Thread.start is not original
         profiler.end(again)
@@ -557,11 +579,15 @@ def test_patches_are_in_only_while_a_sampled_request_is_in_flight() -> None:
 UVLOOP_PATCHED = ("call_soon", "call_soon_threadsafe", "call_later")
 
 
-def test_uvloop_tasks_get_lanes_through_a_chained_task_factory() -> None:
+def test_uvloop_tasks_get_lanes_through_a_chained_task_factory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """uvloop's `create_task` is compiled: while a sampled request is in flight the loop
     gets a task factory of ours, chained to the one it had, and gets that one back after,
-    as its `call_soon` family gets its originals back."""
+    as its `call_soon` family gets its originals back (here at once)."""
     import uvloop
+
+    monkeypatch.setattr(propagation, "LINGER_NS", 0)
 
     originals = [getattr(uvloop.Loop, name) for name in UVLOOP_PATCHED]
 
