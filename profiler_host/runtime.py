@@ -67,6 +67,7 @@ class Profiler:
         self._ids = itertools.count(1)
         # sampled requests in flight change together with the propagation patches
         self._in_flight = threading.Lock()
+        self._unpatch: threading.Timer | None = None  # the lingering patches' end (`_settle`)
         self._whole: Request | None = None
         self._instrumenting = False
         self._opened = False  # a unit of work was forced or sampled
@@ -116,6 +117,8 @@ class Profiler:
         self._tell_what_was_missed()
         self.finder.uninstall()
         self.instrumenter.uninstrument()
+        if self._unpatch is not None:
+            self._unpatch.cancel()
         propagation.uninstall()
         if not self.transport.stop(self.settings.flush_timeout):
             log.warning("request-profiler: the server did not store everything before exit")
@@ -136,6 +139,7 @@ class Profiler:
             request.event_cap = 0
         hooks.ACTIVE.clear()
         self._in_flight = threading.Lock()  # another thread may have held it at the fork
+        self._unpatch = None  # its thread is the parent's
         propagation.uninstall()
         CURRENT.set(None)
         self._forked = True
@@ -192,8 +196,24 @@ class Profiler:
             with suppress(ValueError):  # already removed (a fork, or ended twice)
                 hooks.ACTIVE.remove(request)
             if not hooks.ACTIVE:
-                propagation.settle()  # unsampled requests run asyncio and threading as is
+                self._settle()  # unsampled requests run asyncio and threading as is
         self.transport.submit(request)
+
+    def _settle(self) -> None:
+        """With no sampled request in flight (under `_in_flight`): the propagation patches
+        out, and a timer for those that linger (`propagation.settle`)."""
+        left = propagation.settle()
+        if left and self._unpatch is None:
+            self._unpatch = threading.Timer(left / 1e9, self._settled)
+            self._unpatch.name = "request-profiler-unpatch"
+            self._unpatch.daemon = True
+            self._unpatch.start()
+
+    def _settled(self) -> None:
+        with self._in_flight:
+            self._unpatch = None
+            if not hooks.ACTIVE:  # else the last one to end settles them
+                self._settle()
 
     @contextmanager
     def recording(self, request: Request | None) -> Iterator[Request | None]:

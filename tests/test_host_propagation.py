@@ -539,9 +539,10 @@ def test_patches_work_only_while_a_sampled_request_is_in_flight(
 ) -> None:
     """The first sampled request in flight puts the propagation patches in. As the last one
     ends, module functions get their originals back, and a class's patches stay in until
-    they have been in for `LINGER_NS` (with the C hot path), calling the originals: requests
-    that are not sampled run asyncio and threading as they are, whatever was sampled before
-    them, even in a context that still holds an ended request's lane."""
+    they have been in for `LINGER_NS` (with the C hot path), calling the originals, then go
+    out with no other request to end: requests that are not sampled run asyncio and
+    threading as they are, whatever was sampled before them, even in a context that still
+    holds an ended request's lane."""
     import anyio.to_thread
 
     settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
@@ -566,12 +567,15 @@ def test_patches_work_only_while_a_sampled_request_is_in_flight(
         finally:
             CURRENT.reset(token)
         assert second.lanes == [second.main]  # the original ran: no lane
+        assert eventually(lambda: threading.Thread.start is original, timeout=10)  # none ends
         monkeypatch.setattr(propagation, "LINGER_NS", 0)
         again = profiler.begin("/c", "GET", forced=True)
         assert again and threading.Thread.start is not original
         profiler.end(again)
         assert threading.Thread.start is original
     finally:
+        if profiler._unpatch is not None:
+            profiler._unpatch.cancel()
         propagation.uninstall()
         profiler.transport.stop(0)
 
