@@ -1,6 +1,6 @@
 """`python -m benchmarks NAME [options]` (`./dev bench ...`): NAME is ingest, stages, depth,
-memory, queries, fleet, host-calls, host-calls-versions, host-unsampled, host-app,
-host-app-versions, host-instructions, host-startup, ui-render or all; `table` prints the
+memory, queries, fleet, host-calls, host-calls-versions, host-unsampled, host-recorded,
+host-app, host-app-versions, host-instructions, host-startup, ui-render or all; `table` prints the
 overhead table in markdown from the results files.
 
 This process is the load client: it pins itself to core 1 before any thread exists (gRPC's
@@ -19,6 +19,7 @@ from benchmarks import (
     host_calls,
     host_calls_versions,
     host_instructions,
+    host_recorded,
     host_script,
     host_startup,
     host_unsampled,
@@ -161,6 +162,19 @@ def _parser() -> argparse.ArgumentParser:
         help="calls callgrind counts per mode (0: no instruction counts)",
     )
     p = sub.add_parser(
+        "host-recorded", help="instructions a recorded request costs a framework's app threads"
+    )
+    p.add_argument("--app", default="django", choices=sorted(host_recorded.APPS))
+    p.add_argument("--every", type=int, default=10, help="one request in this many sampled")
+    p.add_argument("--requests", type=int, default=300, help="requests per callgrind run")
+    p.add_argument(
+        "--setups",
+        default="",
+        help="comma-separated, none and off among them (default all: "
+        + ",".join(host_recorded.SETUPS)
+        + ")",
+    )
+    p = sub.add_parser(
         "host-unsampled", help="ns and instructions per request not sampled, piece by piece"
     )
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of every piece")
@@ -250,6 +264,7 @@ ALL = (
     ["memory", "--db", "sqlite"],
     ["host-calls"],
     ["host-unsampled", "--instructions"],
+    ["host-recorded"],
     ["host-app", "--app", "all"],
     ["host-instructions", "--app", "all"],
     ["host-startup"],
@@ -299,6 +314,8 @@ def _run(args: argparse.Namespace) -> None:
         host_calls.run(args.rounds, args.calls)
     elif args.benchmark == "host-calls-versions":
         host_calls_versions.run(args.rounds, args.calls, args.instruction_calls)
+    elif args.benchmark == "host-recorded":
+        host_recorded.run(args.app, args.every, args.requests, args.setups)
     elif args.benchmark == "host-unsampled":
         host_unsampled.run(
             args.rounds, args.requests, args.instructions, args.instruction_requests, args.pieces

@@ -1,0 +1,152 @@
+"""What a recorded request costs the app's own threads, in one process: a real framework's
+app (Django over ASGI, whose sync view runs in a thread through asgiref; `django.*` and the
+app instrumented) driven without a server, one request in `every` forced, against the same
+process with none forced and against the app unprofiled. Instructions under callgrind (a
+process serving N requests and one serving 2N), so no other job on the machine blurs them.
+
+The first sampled request puts the propagation patches in. The host takes a class's
+patches out a second after they went in at the earliest (`propagation.LINGER_NS`), so at a
+steady rate they go in and out at most once a second: under callgrind a second is a few
+requests, so the benchmark measures the two ends apart instead. `patches kept in` keeps
+them in for the run (a rate where a second holds many requests), `patches out at each end`
+takes them out as each sampled request ends; the difference is what putting attributes on
+asyncio's and threading's classes and taking them off costs the app in re-specialised
+bytecode. The transport is not started: what the host's threads spend encoding and sending
+is `host-app`'s per-thread figure, and a dead server's retries would be counted here as
+noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from typing import Any
+
+from benchmarks import callgrind, results
+
+APPS = {
+    "django": (
+        "profiling_target.frameworks.django_app",
+        "django.*,profiling_target.frameworks.django_app",
+        "/items/5/",
+    ),
+    "fast-async": (  # the fast Starlette endpoint: a short run, for the smoke test
+        "profiling_target.frameworks.fast_async",
+        "starlette.*,profiling_target.frameworks.fast_async",
+        "/items/1",
+    ),
+}
+SECRET = "bench"
+# setup -> (label, profiled, one request in the run's `every` forced, the patches kept in)
+SETUPS = {
+    "none": ("none", False, False, True),
+    "off": ("nothing sampled", True, False, True),
+    "kept": ("1 in every sampled, patches kept in", True, True, True),
+    "toggled": ("1 in every sampled, patches out at each end", True, True, False),
+}
+
+
+def _app(app_key: str, profiled: bool, kept: bool) -> Any:
+    module_name, include, _ = APPS[app_key]
+    if not profiled:
+        return __import__(module_name, fromlist=["app"]).app
+    import profiler_host
+    from profiler_host import propagation
+    from profiler_host.asgi import ProfilerMiddleware
+
+    profiler = profiler_host.start(
+        server="127.0.0.1:9", service="bench", include=include, sample_rate="0",
+        route_interval="1000000s", force_secret=SECRET,
+    )  # fmt: skip
+    profiler.transport.start = profiler.transport.submit = lambda *args: None
+    logging.getLogger("profiler_host").setLevel(logging.ERROR)  # it sends nothing, by design
+    propagation.LINGER_NS = 10**18 if kept else 0
+    return ProfilerMiddleware(__import__(module_name, fromlist=["app"]).app).dispatch
+
+
+async def _serve(app: Any, path: str, requests: int, every: int, first: int) -> None:
+    """`requests` GETs of `path`, request k forced when k % every == 0 (every 0: none)."""
+    plain = [(b"host", b"127.0.0.1")]
+    forced = [*plain, (b"x-profiler-force", SECRET.encode())]
+    for k in range(first, first + requests):
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
+            "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8000),
+            "client": ("127.0.0.1", 5000),
+            "headers": forced if every and k % every == 0 else plain,
+        }  # fmt: skip
+        sent: list[dict] = []
+        body = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive(body: list[dict] = body) -> dict:
+            if body:
+                return body.pop()
+            await asyncio.Event().wait()  # no disconnect: cancelled as the request ends
+            raise AssertionError("unreachable")
+
+        async def send(message: dict, sent: list[dict] = sent) -> None:
+            sent.append(message)
+
+        await app(scope, receive, send)
+        if sent[0]["status"] != 200:
+            raise RuntimeError(f"{path} answered {sent[0]['status']}")
+
+
+def _child(app_key: str, setup: str, every: int, requests: int) -> None:
+    """Under callgrind: a warm-up of 5 * every requests, then `requests`."""
+    _, profiled, sampled, kept = SETUPS[setup]
+    app = _app(app_key, profiled, kept)
+    path = APPS[app_key][2]
+    every = every if sampled else 0
+    warmup = 5 * max(every, 10)
+    asyncio.run(_serve(app, path, warmup, every, 0))
+    asyncio.run(_serve(app, path, requests, every, warmup))
+
+
+def _command(app_key: str, setup: str, every: int, requests: int) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.host_recorded", app_key, setup, str(every),
+            str(requests)]  # fmt: skip
+
+
+def run(app_key: str, every: int, requests: int, setups: str = "") -> dict:
+    chosen = [setup for setup in setups.split(",") if setup] or list(SETUPS)
+    unknown = set(chosen) - set(SETUPS)
+    if unknown or not {"none", "off"} <= set(chosen):
+        raise SystemExit(f"setups: none, off and any of {', '.join(SETUPS)}")
+    # the code cache filled outside callgrind, where rewriting all of django.* is slow
+    subprocess.run(_command(app_key, "off", every, 1), check=True, cwd=callgrind.ROOT,
+                   env={**os.environ, "PYTHONHASHSEED": "0"})  # fmt: skip
+    per_request = {
+        setup: callgrind.per_unit(
+            _command(app_key, setup, every, requests),
+            requests,
+            _command(app_key, setup, every, 2 * requests),
+        )
+        for setup in chosen
+    }
+    none, nothing = per_request["none"], per_request["off"]
+    rows = []
+    for setup, count in per_request.items():
+        label, _, sampled, _ = SETUPS[setup]
+        recorded = (count - nothing) * every if sampled else None
+        rows.append((
+            label.replace("every", str(every)), f"{count:,.0f}", f"{none / count:.4f}",
+            f"{recorded:,.0f}" if recorded is not None else "-",
+        ))  # fmt: skip
+    print(results.table(
+        ("setup", "instructions per request", "ratio to none", "per recorded request"), rows
+    ))  # fmt: skip
+    path = results.save(
+        "host-recorded",
+        {"app": app_key, "every": every, "requests": requests, "per_request": per_request},
+    )
+    print(f"\nresults: {path}")
+    return per_request
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
