@@ -550,7 +550,7 @@ def settle() -> int:
     at once. A class's attributes stay in until they have been in for `LINGER_NS`: setting
     one makes CPython drop what it specialised for every instruction that touches the class
     or its instances (a loop, its handles, threads), and learning it again costs a Django
-    app about 0.9 million instructions, where putting the patches in and out costs little
+    app 0.2 to 0.9 million instructions, where putting the patches in and out costs little
     else. So at a steady sampling rate they go in and out at most once a `LINGER_NS`, and
     meanwhile a request not sampled passes through their C stand-ins to the originals
     (`_gated`). Without the C hot path, whose stand-ins they need, everything goes out at
