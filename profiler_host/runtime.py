@@ -68,6 +68,7 @@ class Profiler:
         # sampled requests in flight change together with the propagation patches
         self._in_flight = threading.Lock()
         self._unpatch: threading.Timer | None = None  # the lingering patches' end (`_settle`)
+        self._stopping = False  # from stop() on: no timer, every patch out at once
         self._whole: Request | None = None
         self._instrumenting = False
         self._opened = False  # a unit of work was forced or sampled
@@ -81,6 +82,7 @@ class Profiler:
         if self.started:
             return
         self.started = True
+        self._stopping = False
         STARTED = self
         if layouts.LAYOUT is None:
             log.warning(
@@ -103,6 +105,7 @@ class Profiler:
         if not self.started:
             return
         self.started = False
+        self._stopping = True
         STARTED = None
         atexit.unregister(self.stop)
         if self._whole is not None:
@@ -201,13 +204,22 @@ class Profiler:
 
     def _settle(self) -> None:
         """With no sampled request in flight (under `_in_flight`): the propagation patches
-        out, and a timer for those that linger (`propagation.settle`)."""
+        out, and a timer for those that linger (`propagation.settle`). A profiler that is
+        stopping (at exit, where 3.12 starts no thread) takes them all out at once."""
+        if self._stopping:
+            propagation.uninstall()
+            return
         left = propagation.settle()
         if left and self._unpatch is None:
-            self._unpatch = threading.Timer(left / 1e9, self._settled)
-            self._unpatch.name = "request-profiler-unpatch"
-            self._unpatch.daemon = True
-            self._unpatch.start()
+            timer = threading.Timer(left / 1e9, self._settled)
+            timer.name = "request-profiler-unpatch"
+            timer.daemon = True
+            try:
+                timer.start()
+            except RuntimeError:  # no new thread now (the interpreter is shutting down)
+                propagation.uninstall()
+                return
+            self._unpatch = timer
 
     def _settled(self) -> None:
         with self._in_flight:
