@@ -34,19 +34,7 @@ PyErr_SetRaisedException(PyObject *exc)
 
 #if PY_VERSION_HEX < 0x030D0000
 /* 3.13's name for looking an attribute up without an AttributeError (0: absent). */
-static inline int
-PyObject_GetOptionalAttrString(PyObject *obj, const char *name, PyObject **result)
-{
-    int rc;
-    PyObject *key = PyUnicode_FromString(name);
-    if (key == NULL) {
-        *result = NULL;
-        return -1;
-    }
-    rc = _PyObject_LookupAttr(obj, key, result);
-    Py_DECREF(key);
-    return rc;
-}
+#define PyObject_GetOptionalAttr _PyObject_LookupAttr
 #endif
 
 #endif

@@ -38,6 +38,8 @@ static PyObject *failed_cb = NULL;
 static PyObject *running = NULL; /* dict: lane -> list of resumable tokens, oldest first */
 static PyObject *current_var = NULL; /* ContextVar: the lane of this context, or None */
 static PyObject *cancelled_module = NULL; /* "asyncio.exceptions" */
+/* attribute names the loop's stand-ins read on every callback, interned once */
+static PyObject *context_str = NULL, *callback_str = NULL, *self_str = NULL;
 static PyObject *cancelled_error = NULL;  /* its CancelledError, once it is imported */
 
 /* ---- RequestCore ------------------------------------------------------------------- */
@@ -1639,7 +1641,7 @@ step_task(PyObject *callback, PyObject **task)
     else if (PyMethod_Check(callback))
         self = Py_NewRef(PyMethod_GET_SELF(callback));
     else if (!PyFunction_Check(callback) &&
-             PyObject_GetOptionalAttrString(callback, "__self__", &self) < 0)
+             PyObject_GetOptionalAttr(callback, self_str, &self) < 0)
         return -1;
     if (self == NULL)
         return 0;
@@ -1710,11 +1712,11 @@ handle_run(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwname
     int step;
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || !gate_open())
         return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-    context = PyObject_GetAttrString(args[0], "_context");
+    context = PyObject_GetAttr(args[0], context_str);
     if (context != NULL && context != Py_None)
         lane = lane_in(context);
     if (lane != NULL && lane != Py_None) {
-        callback = PyObject_GetAttrString(args[0], "_callback");
+        callback = PyObject_GetAttr(args[0], callback_str);
         step = callback == NULL ? -1 : step_task(callback, &task);
         if (step == 0)
             token = set_in(context, Py_None);
@@ -2071,7 +2073,11 @@ PyInit__hotpath(void)
         PyType_Ready(&CallTokenType) < 0)
         return NULL;
     cancelled_module = PyUnicode_InternFromString("asyncio.exceptions");
-    if (cancelled_module == NULL)
+    context_str = PyUnicode_InternFromString("_context");
+    callback_str = PyUnicode_InternFromString("_callback");
+    self_str = PyUnicode_InternFromString("__self__");
+    if (cancelled_module == NULL || context_str == NULL || callback_str == NULL ||
+        self_str == NULL)
         return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)
