@@ -19,8 +19,20 @@ from profiler_host import rewriter
 from profiler_host.codecache import CodeCache
 from profiler_host.functions import FunctionRegistry
 from profiler_host.hooks import HOOKS
+from profiler_host.native import extension
 
 log = logging.getLogger("profiler_host")
+
+
+def _set_code_in_python(function: FunctionType, code: CodeType) -> None:
+    """Without the C module: on 3.13 the function's calls no longer specialise."""
+    function.__code__ = code
+
+
+_codeswap = extension("_codeswap")
+# 3.13 resets a function's version when its code is set, and calls of a function with no
+# version never specialise: the C module gives it the new code's version (`_codeswap.c`)
+set_code = _set_code_in_python if _codeswap is None else _codeswap.set_code
 
 
 class Instrumenter:
@@ -146,7 +158,7 @@ class Instrumenter:
         new = self.transform(code, module)
         if new is code:
             return 0
-        function.__code__ = new
+        set_code(function, new)
         return 1
 
     def uninstrument(self) -> int:
@@ -157,7 +169,7 @@ class Instrumenter:
             for obj in gc.get_objects():
                 if type(obj) is FunctionType and id(obj.__code__) in originals:
                     # the original's nested code objects are originals too
-                    obj.__code__ = originals[id(obj.__code__)]
+                    set_code(obj, originals[id(obj.__code__)])
                     restored += 1
         return restored
 

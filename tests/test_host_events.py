@@ -58,8 +58,8 @@ def test_c_build_has_these_constants() -> None:
 
 @pytest.mark.skipif(recording.IMPLEMENTATION != "c", reason="the C hot path is not in use")
 def test_stubs_match_the_c_modules() -> None:
-    """`_hotpath.pyi`, `_sampling.pyi` and `_counts.pyi`, which the type checker reads, say
-    what the modules built for this interpreter hold (mypy's stubtest)."""
+    """`_hotpath.pyi`, `_sampling.pyi`, `_counts.pyi` and `_codeswap.pyi`, which the type
+    checker reads, say what the modules built for this interpreter hold (mypy's stubtest)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -68,6 +68,7 @@ def test_stubs_match_the_c_modules() -> None:
             "profiler_host._hotpath",
             "profiler_host._sampling",
             "profiler_host._counts",
+            "profiler_host._codeswap",
         ],
         capture_output=True,
         text=True,
@@ -82,7 +83,7 @@ def test_c_modules_are_used_on_this_interpreter() -> None:
     """The extensions were built (they are optional: a failed compile does not fail the
     install), and the hot path passes recording's check (a stale or mismatched build would
     fall back to Python silently)."""
-    for name in ("_sampling", "_counts"):
+    for name in ("_sampling", "_counts", "_codeswap"):
         assert native.extension(name) is not None, f"profiler_host.{name} is not built"
     assert recording.IMPLEMENTATION == "c"
 

@@ -3,6 +3,7 @@ changes (the .pyc cache, the loader's type, resources, uninstrument)."""
 
 from __future__ import annotations
 
+import dis
 import importlib
 import importlib.machinery
 import importlib.resources
@@ -10,7 +11,7 @@ import importlib.util
 import marshal
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from profiler_host.codecache import CodeCache
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
-from profiler_host.instrumenter import Instrumenter
+from profiler_host.instrumenter import Instrumenter, _codeswap, _set_code_in_python
 
 MODULE = """
 import functools
@@ -165,6 +166,46 @@ def test_sweep_swaps_modules_imported_before_start(package: Path):
     assert not instrumented(core.plain) and not instrumented(early_adder)
     assert not instrumented(core.make_adder(1))
     assert record(core.plain, 1) == (2, [])
+
+
+def specialised_call(function: Callable[[int], object]) -> str:
+    """What a new call site of `function` has specialised to after warming up (compiled
+    anew: a call site's specialisation lives in its code object)."""
+    namespace = {"function": function}
+    exec("def call_site():\n    return function(1)\n", namespace)
+    call_site = namespace["call_site"]
+    for _ in range(64):
+        call_site()
+    calls = dis.get_instructions(call_site, adaptive=True)
+    return next(i.opname for i in calls if i.opname.startswith("CALL"))
+
+
+@pytest.mark.skipif(_codeswap is None, reason="the C module is not in use")
+def test_swapped_functions_keep_their_calls_specialised(package: Path):
+    """3.13 takes a function's version away when its `__code__` is set and never gives it
+    another, so its calls would stay generic for good; `set_code` gives it back."""
+    core = importlib.import_module("shopapp.core")
+    inst = Instrumenter(ModuleFilter(("shopapp.*",)), FunctionRegistry())
+    try:
+        inst.sweep()
+        assert instrumented(core.plain) and instrumented(core.Shape.area)
+        assert specialised_call(core.plain) == "CALL_PY_EXACT_ARGS"
+        assert specialised_call(core.Shape().area.__func__) == "CALL_PY_EXACT_ARGS"
+    finally:
+        inst.uninstrument()
+    assert not instrumented(core.plain)
+    assert specialised_call(core.plain) == "CALL_PY_EXACT_ARGS"
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 13), reason="the trap is 3.13's")
+def test_setting_code_in_python_leaves_calls_generic_on_3_13():
+    """Why `set_code` is in C: the plain attribute assignment is what loses the version."""
+
+    def plain(x: int) -> int:
+        return x + 1
+
+    _set_code_in_python(plain, plain.__code__.replace())
+    assert specialised_call(plain) == "CALL"
 
 
 def test_profiler_and_protected_packages_are_never_instrumented():

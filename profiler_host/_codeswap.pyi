@@ -1,0 +1,7 @@
+"""Types of `profiler_host._codeswap` (`_codeswap.c`): swapping a live function's code, its
+calls still specialisable (twin: `instrumenter._set_code_in_python`)."""
+
+from types import CodeType, FunctionType
+
+def set_code(function: FunctionType, code: CodeType, /) -> None:
+    """`function.__code__ = code`, then the new code's version on 3.13 (see `_codeswap.c`)."""
