@@ -11,9 +11,12 @@ requests, so the benchmark measures the two ends apart instead. `patches kept in
 them in for the run (a rate where a second holds many requests), `patches out at each end`
 takes them out as each sampled request ends; the difference is what putting attributes on
 asyncio's and threading's classes and taking them off costs the app in re-specialised
-bytecode. The transport is not started: what the host's threads spend encoding and sending
-is `host-app`'s per-thread figure, and a dead server's retries would be counted here as
-noise.
+bytecode. `nothing sampled, the app imported first` starts the profiler after the
+app's import, so its functions get their code swapped instead of rewritten as they are
+imported (on 3.13 a function whose `__code__` is set loses the version its calls
+specialise on, unless the host gives it back). The transport is not started: what the
+host's threads spend encoding and sending is `host-app`'s per-thread figure, and a dead
+server's retries would be counted here as noise.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import callgrind, results
@@ -41,19 +45,38 @@ APPS = {
     ),
 }
 SECRET = "bench"
-# setup -> (label, profiled, one request in the run's `every` forced, the patches kept in)
+
+
+@dataclass(frozen=True)
+class Setup:
+    label: str
+    profiled: bool
+    sampled: bool = False  # one request in the run's `every` forced
+    kept: bool = True  # the propagation patches kept in once they went in
+    imported_first: bool = False  # the app imported before the profiler started
+
+
 SETUPS = {
-    "none": ("none", False, False, True),
-    "off": ("nothing sampled", True, False, True),
-    "kept": ("1 in every sampled, patches kept in", True, True, True),
-    "toggled": ("1 in every sampled, patches out at each end", True, True, False),
+    "none": Setup("none", profiled=False),
+    "off": Setup("nothing sampled", profiled=True),
+    "kept": Setup("1 in every sampled, patches kept in", profiled=True, sampled=True),
+    "toggled": Setup(
+        "1 in every sampled, patches out at each end", profiled=True, sampled=True, kept=False
+    ),
+    "swapped": Setup(
+        "nothing sampled, the app imported first (its code swapped)",
+        profiled=True,
+        imported_first=True,
+    ),
 }
 
 
-def _app(app_key: str, profiled: bool, kept: bool) -> Any:
+def _app(app_key: str, setup: Setup) -> Any:
     module_name, include, _ = APPS[app_key]
-    if not profiled:
-        return __import__(module_name, fromlist=["app"]).app
+    if not setup.profiled or setup.imported_first:
+        app = __import__(module_name, fromlist=["app"]).app
+        if not setup.profiled:
+            return app
     import profiler_host
     from profiler_host import propagation
     from profiler_host.asgi import ProfilerMiddleware
@@ -64,7 +87,7 @@ def _app(app_key: str, profiled: bool, kept: bool) -> Any:
     )  # fmt: skip
     profiler.transport.start = profiler.transport.submit = lambda *args: None
     logging.getLogger("profiler_host").setLevel(logging.ERROR)  # it sends nothing, by design
-    propagation.LINGER_NS = 10**18 if kept else 0
+    propagation.LINGER_NS = 10**18 if setup.kept else 0
     return ProfilerMiddleware(__import__(module_name, fromlist=["app"]).app).dispatch
 
 
@@ -102,10 +125,10 @@ def _child(app_key: str, setup: str, every: int, requests: int) -> None:
     collector is off: a full collection (some 15 million instructions here) falls in one of
     the two runs and not the other, tens of thousands of instructions a request of noise."""
     gc.disable()
-    _, profiled, sampled, kept = SETUPS[setup]
-    app = _app(app_key, profiled, kept)
+    chosen = SETUPS[setup]
+    app = _app(app_key, chosen)
     path = APPS[app_key][2]
-    every = every if sampled else 0
+    every = every if chosen.sampled else 0
     warmup = 5 * max(every, 10)
     asyncio.run(_serve(app, path, warmup, every, 0))
     asyncio.run(_serve(app, path, requests, every, warmup))
@@ -135,7 +158,7 @@ def run(app_key: str, every: int, requests: int, setups: str = "") -> dict:
     none, nothing = per_request["none"], per_request["off"]
     rows = []
     for setup, count in per_request.items():
-        label, _, sampled, _ = SETUPS[setup]
+        label, sampled = SETUPS[setup].label, SETUPS[setup].sampled
         recorded = (count - nothing) * every if sampled else None
         rows.append((
             label.replace("every", str(every)), f"{count:,.0f}", f"{none / count:.4f}",
