@@ -440,7 +440,7 @@ def test_a_package_with_a_pytest_plugin_is_instrumented_under_its_own_suite(
     assert len(package) >= 100 and len(tests) >= 300, (len(package), len(tests))
     for name in (
         "typeguard._checkers:check_type_internal",  # loaded by pytest's rewriter
-        "tests.test_checkers:TestAnyStr.test_valid",  # a test module pytest rewrote
+        "tests.test_checkers:TestBytesLike.test_valid",  # a test module pytest rewrote
         "tests.conftest:sample_set",  # a fixture in the rewritten conftest
     ):
         assert calls.get(name), (name, sorted(calls)[:50])
