@@ -1,6 +1,10 @@
 """`python -m benchmarks.call_instructions MODE CALLS`: CALLS calls of `host_calls`' leaf
 function, plain, instrumented with the gate `closed` or `open`, `sampled` (enter and exit
-recorded), or plain under `cprofile`, for callgrind to count (`host_calls_versions` takes the
+recorded), or plain under `cprofile`; or, gate closed, the plain function with its code
+swapped for the instrumented one after it was made, as the sweep swaps the functions of
+modules imported before the profiler started: by the instrumenter's `set_code` (`swapped`)
+or by assigning `__code__` (`assigned`, which on 3.13 leaves the function without the
+version its calls specialise on). For callgrind to count (`host_calls_versions` takes the
 difference of two counts, so start-up cancels out). Both versions of the function are made
 in every mode, so only the calls differ; the process ends right after the calls, so neither
 the recorded events' draining nor the interpreter's finalisation is counted."""
@@ -11,8 +15,10 @@ import os
 import sys
 
 from benchmarks import host_calls
+from profiler_host.instrumenter import _set_code_in_python, set_code
 
-MODES = ("plain", "closed", "open", "sampled", "cprofile")
+MODES = ("plain", "closed", "open", "sampled", "cprofile", "swapped", "assigned")
+SWAPS = {"swapped": set_code, "assigned": _set_code_in_python}
 
 
 def main() -> None:
@@ -21,7 +27,10 @@ def main() -> None:
         raise SystemExit(f"MODE is one of {', '.join(MODES)}")
     plain = host_calls._namespace(False)["leaf"]
     instrumented = host_calls._namespace(True)["leaf"]
-    if mode in ("plain", "cprofile"):
+    if mode in SWAPS:
+        SWAPS[mode](plain, instrumented.__code__)
+        host_calls._drive(plain, calls)
+    elif mode in ("plain", "cprofile"):
         host_calls._time(mode, plain, instrumented, calls, host_calls._drive)
     else:
         with host_calls._requests(sampled=int(mode == "sampled"), others=int(mode != "closed")):
