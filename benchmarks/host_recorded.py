@@ -73,10 +73,14 @@ SETUPS = {
 
 def _app(app_key: str, setup: Setup) -> Any:
     module_name, include, _ = APPS[app_key]
-    if not setup.profiled or setup.imported_first:
-        app = __import__(module_name, fromlist=["app"]).app
-        if not setup.profiled:
-            return app
+
+    def imported() -> Any:
+        return __import__(module_name, fromlist=["app"]).app
+
+    if not setup.profiled:
+        return imported()
+    if setup.imported_first:
+        imported()  # before the profiler: the sweep swaps its functions' code
     import profiler_host
     from profiler_host import propagation
     from profiler_host.asgi import ProfilerMiddleware
@@ -88,7 +92,7 @@ def _app(app_key: str, setup: Setup) -> Any:
     profiler.transport.start = profiler.transport.submit = lambda *args: None
     logging.getLogger("profiler_host").setLevel(logging.ERROR)  # it sends nothing, by design
     propagation.LINGER_NS = 10**18 if setup.kept else 0
-    return ProfilerMiddleware(__import__(module_name, fromlist=["app"]).app).dispatch
+    return ProfilerMiddleware(imported()).dispatch
 
 
 async def _serve(app: Any, path: str, requests: int, every: int, first: int) -> None:

@@ -4,9 +4,8 @@
  * Python function (CALL_PY_EXACT_ARGS, CALL_PY_WITH_DEFAULTS, CALL_BOUND_METHOD_EXACT_ARGS)
  * only when the function has one. MAKE_FUNCTION gives a new function its code object's
  * version; setting `__code__` resets it to 0, which 3.13 never replaces (3.11 and 3.12
- * assign a new version lazily). A function whose code the instrumenter swapped would be
- * called through the generic CALL for the rest of the process's life, on every version of
- * its code. `set_code` sets the code as `function.__code__ = code` does (the same checks
+ * assign a new version lazily). A function whose code the instrumenter swapped (or put back)
+ * would be called through the generic CALL for the rest of the process's life. `set_code` sets the code as `function.__code__ = code` does (the same checks
  * and watchers) and then gives the function the new code's version, as MAKE_FUNCTION
  * would have. The version is what a specialised call checks before it runs the
  * function's current code, which it reads from the function itself. */

@@ -122,6 +122,7 @@ class Profiler:
         self.instrumenter.uninstrument()
         if self._unpatch is not None:
             self._unpatch.cancel()
+            self._unpatch = None  # a later start() settles with a timer of its own
         propagation.uninstall()
         if not self.transport.stop(self.settings.flush_timeout):
             log.warning("request-profiler: the server did not store everything before exit")

@@ -580,6 +580,31 @@ def test_patches_work_only_while_a_sampled_request_is_in_flight(
         profiler.transport.stop(0)
 
 
+@pytest.mark.skipif(propagation._hotpath is None, reason="patches linger with the C hot path")
+def test_a_profiler_started_again_takes_its_lingering_patches_out() -> None:
+    """stop() cancels the timer of the lingering patches; after start() again, the next
+    sampled request's patches get a timer of their own."""
+    settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
+    profiler = runtime.Profiler(settings)
+    original = threading.Thread.start
+    try:
+        for _ in range(2):
+            profiler.start()
+            request = profiler.begin("/a", "GET", forced=True)
+            assert request and threading.Thread.start is not original
+            profiler.end(request)
+            profiler.stop()
+            assert threading.Thread.start is original
+        profiler.start()
+        request = profiler.begin("/a", "GET", forced=True)
+        assert request
+        profiler.end(request)
+        assert eventually(lambda: threading.Thread.start is original, timeout=10)
+    finally:
+        profiler.stop()
+        propagation.uninstall()
+
+
 UVLOOP_PATCHED = ("call_soon", "call_soon_threadsafe", "call_later")
 
 
