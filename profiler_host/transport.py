@@ -25,6 +25,7 @@ import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 
@@ -60,7 +61,7 @@ class TransportSettings:
     flush_interval: float = 1.0
     max_batch_events: int = 50_000
     # all stored and nothing to send for this long: the stream ends until the next request
-    # (gRPC's reader and channel threads poll the GIL 15 times a second while it is open)
+    # (gRPC's channel thread polls the GIL five times a second while it is open)
     idle_close: float = 5.0
     security: ChannelSecurity = field(default_factory=ChannelSecurity)
 
@@ -91,6 +92,16 @@ def refusal(error: grpc.RpcError, tls: bool) -> str | None:
     if tls and all(words in details for words in _CLOSED_IN_HANDSHAKE):
         return TLS_FAILURE
     return None
+
+
+class _Responses(Iterator[ingest_pb2.ServerMessage], Protocol):
+    """A stream call's replies, as the sync gRPC stack returns them."""
+
+    def is_active(self) -> bool: ...
+
+    def add_callback(self, callback: Callable[[], None]) -> bool: ...
+
+    def cancel(self) -> bool: ...
 
 
 class Transport:
@@ -135,6 +146,7 @@ class Transport:
         self.refused: str | None = None  # why the server refused the last stream
         self.connected = False
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
+        self._unacked = threading.Event()  # set while the stream's reader has acks to read
         self.counts.take()  # a forked child's table holds its parent's counts
         self.counts.waiting = True  # the first request counted starts this session's thread
         self.counts.lost = 0
@@ -310,8 +322,14 @@ class Transport:
             response_deserializer=ingest_pb2.ServerMessage.FromString,
         )
         responses = stream(_drain(outbox), metadata=self.settings.security.metadata())
+        unacked = self._unacked = threading.Event()
+        if self._backlog or not responses.add_callback(unacked.set):  # resent, or ended
+            unacked.set()
         acks = threading.Thread(
-            target=self._read_acks, args=(responses,), name="request-profiler-acks", daemon=True
+            target=self._read_acks,
+            args=(responses, unacked),
+            name="request-profiler-acks",
+            daemon=True,
         )
         acks.start()
         self._streaming.set()
@@ -329,6 +347,7 @@ class Transport:
             self._collect()
         acks.join(timeout=1.0 if idle else 0.0)
         responses.cancel()
+        unacked.set()  # a reader still waiting for a batch reads the cancelled end
         acks.join(timeout=1.0)
         return idle
 
@@ -368,11 +387,23 @@ class Transport:
             return max(self._counts_due - time.monotonic(), 0.0)
         return None
 
-    def _read_acks(self, responses: Iterator[ingest_pb2.ServerMessage]) -> None:
+    def _read_acks(self, responses: _Responses, unacked: threading.Event) -> None:
+        """Reads the server's acks while batches await them, and how the stream ended.
+
+        With every batch acked it waits for `unacked` instead (a batch sent, or the call's
+        end, sets it): gRPC's reading of a stream wakes its thread every 100 ms to take the
+        GIL, which an open stream with nothing to ack would pay ten times a second."""
         try:
-            for message in responses:
+            while True:
+                unacked.wait()
+                message = next(responses)  # the stream's end raises
                 if message.HasField("ack"):
                     self._acked(message.ack.stored, message.ack.rejected)
+                unacked.clear()  # then looks again: a batch or the end meanwhile sets it
+                if self._backlog or not responses.is_active():
+                    unacked.set()
+        except StopIteration:
+            pass
         except grpc.RpcError as exc:
             reason = refusal(exc, self.settings.security.uses_tls)
             if reason is not None:
@@ -489,6 +520,7 @@ class Transport:
         outbox = self._outbox
         if outbox is not None:
             outbox.put(payload)
+            self._unacked.set()  # the reader waits for this batch's ack
 
     def _report_lost_counts(self) -> None:
         lost = self.counts.lost

@@ -181,9 +181,9 @@ def test_while_the_server_is_away_an_idle_transport_wakes_only_to_retry():
 
 def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
     """All stored and nothing new for `idle_close`: the stream ends, and with it gRPC's
-    reader and channel threads, which take the GIL several times a second while it is open;
-    no thread but the transport's stays, and it waits without waking. The next request
-    opens a stream again and is stored."""
+    channel thread (it takes the GIL five times a second while the stream is open) and the
+    host's acks reader; no thread but the transport's stays, and it waits without waking.
+    The next request opens a stream again and is stored."""
     registry = FunctionRegistry()
     fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
@@ -253,6 +253,43 @@ def test_requests_ending_close_together_share_a_batch_and_a_flush_cuts_the_wait(
             lambda: len(stored_requests(server.http, service="lingers")) == 6, timeout=30
         )
         assert stored, stored_requests(server.http, service="lingers")
+    finally:
+        transport.stop(timeout=1)
+        server.stop(grace=10)
+
+
+def _switches(thread: threading.Thread) -> int:
+    """How often `thread` has given up its core to wait (the kernel's count)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def test_an_open_stream_with_everything_acked_reads_nothing_until_a_batch(tmp_path: Path):
+    """gRPC's sync reading of a stream wakes its thread every 100 ms to take the GIL; with
+    every batch acked, the acks reader waits without waking instead. A batch sent wakes it
+    for its ack, and a server that goes away is seen without one."""
+    registry = FunctionRegistry()
+    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    transport = Transport(
+        TransportSettings(server.target, "quiet", flush_interval=0.02, idle_close=600.0),
+        registry,
+        running=list,
+    )
+    try:
+        for number in (1, 2):
+            transport.submit(finished_request(number, fid))
+            assert eventually(lambda n=number: transport.stored_batches == n, timeout=30)
+            (reader,) = [t for t in threading.enumerate() if t.name == "request-profiler-acks"]
+            waits = _switches(reader)
+            time.sleep(1.0)  # ten of gRPC's read timeouts
+            assert _switches(reader) - waits <= 1, _switches(reader) - waits
+        stored = eventually(
+            lambda: len(stored_requests(server.http, service="quiet")) == 2, timeout=30
+        )
+        assert stored, stored_requests(server.http, service="quiet")
+        server.stop(grace=10)
+        assert eventually(lambda: not reader.is_alive() and not transport.connected, timeout=30)
     finally:
         transport.stop(timeout=1)
         server.stop(grace=10)
