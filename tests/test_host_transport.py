@@ -30,9 +30,14 @@ def finished_request(request_id: int, fid: int) -> Request:
     return request
 
 
-def test_dead_server_buffer_is_bounded_and_drops_reach_the_server(tmp_path: Path):
+def views_registry() -> tuple[FunctionRegistry, int]:
+    """A registry that knows one function, `shop.views`, and that function's id."""
     registry = FunctionRegistry()
-    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    return registry, registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+
+
+def test_dead_server_buffer_is_bounded_and_drops_reach_the_server(tmp_path: Path):
+    registry, fid = views_registry()
     port = free_port()
     budget = 16 * 1024
     transport = Transport(
@@ -139,8 +144,7 @@ class _CountingTransport(Transport):
 def test_an_idle_transport_sleeps_until_a_request_needs_it(tmp_path: Path):
     """With nothing running or waiting, the transport thread wakes for nothing (an idle
     service pays no periodic cost); a finished request still goes out at once."""
-    registry = FunctionRegistry()
-    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = _CountingTransport(
         TransportSettings(server.target, "idle", flush_interval=0.02), registry, list
@@ -164,8 +168,7 @@ def test_an_idle_transport_sleeps_until_a_request_needs_it(tmp_path: Path):
 def test_while_the_server_is_away_an_idle_transport_wakes_only_to_retry():
     """Backing off, the transport batches every flush interval only while requests wait;
     with nothing to send it sleeps through the backoff (an attempt collects a few times)."""
-    registry = FunctionRegistry()
-    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    registry, fid = views_registry()
     transport = _CountingTransport(
         TransportSettings(f"127.0.0.1:{free_port()}", "away", flush_interval=0.02), registry, list
     )
@@ -184,8 +187,7 @@ def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
     channel thread (it takes the GIL five times a second while the stream is open) and the
     host's acks reader; no thread but the transport's stays, and it waits without waking.
     The next request opens a stream again and is stored."""
-    registry = FunctionRegistry()
-    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = _CountingTransport(
         TransportSettings(server.target, "closes", flush_interval=0.02, idle_close=0.2),
@@ -235,8 +237,7 @@ def test_requests_ending_close_together_share_a_batch_and_a_flush_cuts_the_wait(
     flush interval wait for it and go as one batch (a batch costs the host's threads the
     same whatever it holds); a flush sends them without waiting the interval out, which
     here is longer than the flush's own timeout."""
-    registry = FunctionRegistry()
-    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = Transport(
         TransportSettings(server.target, "lingers", flush_interval=600.0), registry, running=list
@@ -268,8 +269,7 @@ def test_an_open_stream_with_everything_acked_reads_nothing_until_a_batch(tmp_pa
     """gRPC's sync reading of a stream wakes its thread every 100 ms to take the GIL; with
     every batch acked, the acks reader waits without waking instead. A batch sent wakes it
     for its ack, and a server that goes away is seen without one."""
-    registry = FunctionRegistry()
-    fid = registry.register("shop.views", compile("pass", "shop/views.py", "exec"))
+    registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = Transport(
         TransportSettings(server.target, "quiet", flush_interval=0.02, idle_close=600.0),
