@@ -389,9 +389,10 @@ def test_propagation_patches_wait_for_a_sampled_request_and_can_be_turned_off(
     script.write_text(PROPAGATION_SCRIPT)
     command = host(
         "--server", server.target, "--service", "tasks", "--sample-rate", "0",
-        "--propagate", propagate, "--", sys.executable, str(script),
+        "--propagate", propagate, "--flush-timeout", "30s",  # a loaded machine's exit too
+        "--", sys.executable, str(script),
     )  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("patched" if propagate == "true" else "originals")
     (stored,) = eventually(lambda: stored_requests(server.http, service="tasks"), timeout=20)
