@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,11 +15,29 @@ from pathlib import Path
 
 import httpx
 
+# CI runs each interpreter's suite beside the others. Each picks its ports from a range of its
+# own below the kernel's ephemeral range (32768 up), so neither another suite nor an outgoing
+# connection's local port nor a `bind(0)` anywhere can take a port between its pick and its bind;
+# and a process never hands out one port twice (two picks in one test could otherwise agree).
+_PORT_RANGES = {11: range(20000, 24000), 12: range(24000, 28000), 13: range(28000, 32000)}
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback TCP port that is free now and that this process has not handed out before."""
+    ports = _PORT_RANGES.get(sys.version_info.minor, range(16000, 20000))
+    for _ in range(1000):
+        port = random.choice(ports)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {ports}")
 
 
 class HttpProcess:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -20,15 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.processes import free_port
+
 READY_TIMEOUT = 30.0
 # Mimir/Grafana Cloud's limit: a longer label value fails the whole scrape, so ours does too.
 LABEL_VALUE_LENGTH_LIMIT = 2048
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -80,3 +80,13 @@ def test_ctrl_c_stops_the_server_and_both_apps(tmp_path: Path) -> None:
             proc.wait(10)
     assert "stopping ..." in log.read_text()
     assert still_serving(ports) == []
+
+
+def test_a_port_that_answers_in_another_protocol_is_not_an_app_answering(
+    tmp_path: Path, start_server
+) -> None:
+    """An app port that something else holds (here a gRPC server, which answers HTTP/1.1 with
+    an HTTP/2 frame) reads as not answering: the demo then says which app did not start."""
+    server = start_server(f"sqlite:///{tmp_path / 'profiler.db'}")
+    assert not answers(f"http://{server.target}/health")
+    assert answers(f"{server.http}/healthz")

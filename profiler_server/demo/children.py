@@ -5,6 +5,7 @@ gunicorn master forked."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import subprocess
@@ -20,11 +21,12 @@ class DemoError(Exception):
 
 
 def answers(url: str) -> bool:
-    """True if a GET of `url` answers 200 within a second."""
+    """True if a GET of `url` answers 200 within a second. Whatever else holds the port (a
+    server that does not speak HTTP/1.1 answers with a bad status line) is not an answer."""
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
             return response.status == 200
-    except (OSError, urllib.error.URLError):
+    except (OSError, urllib.error.URLError, http.client.HTTPException):
         return False
 
 
