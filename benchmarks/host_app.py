@@ -105,11 +105,16 @@ APPS = {
     )
 }  # fmt: skip
 OFF, DEFAULT, EVERY = "host, sampling off", "host, default (10/s)", "host, 100%"
+# the host's middleware, sampler, counts and stream with no function rewritten: what sampling
+# off costs apart from the closed gates and the rewritten code
+BARE = "host, sampling off, nothing instrumented"
+NOTHING = "request_profiler_benchmarks_instrument_nothing"  # a module name no app has
 SAMPLE_ALL = "1000000"  # sampled requests per second: far above any arrival rate, so all
 SETUPS = [
     Setup("none", NONE),
     Setup("aa", "none (A/A)"),
     Setup("off", OFF, host=("--sample-rate", "0")),
+    Setup("bare", BARE, host=("--sample-rate", "0", "--include", NOTHING)),
     Setup("default", DEFAULT, host=()),
     Setup("all", EVERY, host=("--sample-rate", SAMPLE_ALL)),
     Setup("cprofile", "cProfile", peer="cprofile"),

@@ -73,6 +73,7 @@ SETUPS = [
     Setup("none", NONE),
     Setup("aa", "none (A/A)"),
     Setup("off", host_app.OFF, host=("--sample-rate", "0", *HOST)),
+    Setup("bare", host_app.BARE, host=("--sample-rate", "0", "--include", host_app.NOTHING, *HOST)),
     # a rate that never samples, with every route already seen (and sampled) at warm-up
     Setup(
         "unsampled",

@@ -19,12 +19,27 @@
 #endif
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 /* sampler.py's MAX_ROUTES and HEX_ID_LENGTH: new_sampler uses this module only when the
  * constants it exports are those */
 #define MAX_ROUTES 1000 /* route shapes remembered */
 #define HEX_ID_LENGTH 16 /* hex-and-dash segments this long or longer are ids */
+
+/* The route rule's memory: a shape's key and when the rule last sampled it, in an
+ * open-addressed table (linear probing) of twice MAX_ROUTES slots, so a probe always ends at
+ * an empty one. Key 0 marks an empty slot. A request reads one slot and makes no Python
+ * object: a dict of int keys cost a fast endpoint's request more than the rest of the
+ * decision together (an int and a float allocated, hashed, compared and freed). */
+#define ROUTE_SLOTS 2048
+_Static_assert(ROUTE_SLOTS >= 2 * MAX_ROUTES && (ROUTE_SLOTS & (ROUTE_SLOTS - 1)) == 0,
+               "ROUTE_SLOTS: a power of two, at least 2 * MAX_ROUTES");
+
+typedef struct {
+    uint64_t key;
+    double stamp;
+} RouteSlot;
 
 typedef struct {
     PyObject_HEAD
@@ -35,10 +50,11 @@ typedef struct {
     unsigned long long seen; /* requests decided on, sampled or not */
     long long window_sampled;
     double arrivals; /* smoothed requests per second */
-    PyObject *routes; /* dict: shape_key -> float time it was last sampled by the route rule */
     PyObject *clock;  /* None: CLOCK_MONOTONIC */
     PyObject *chance; /* None: xorshift */
     uint64_t state;   /* xorshift64* state, never 0 */
+    Py_ssize_t route_count; /* shapes in `routes`, at most MAX_ROUTES */
+    RouteSlot routes[ROUTE_SLOTS];
 } Sampler;
 
 static int
@@ -80,51 +96,75 @@ read_chance(Sampler *self, double *chance)
     return *chance == -1.0 && PyErr_Occurred() ? -1 : 0;
 }
 
-static int
-is_id_segment(int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
-{
-    Py_ssize_t i;
-    int decimal = end > start, hex = end - start >= HEX_ID_LENGTH;
-    for (i = start; i < end && (decimal || hex); i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (!Py_UNICODE_ISDECIMAL(c))
-            decimal = 0;
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-              c == '-'))
-            hex = 0;
-    }
-    return decimal || hex;
-}
-
 #define FNV_OFFSET 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
+/* ASCII digits are the only ASCII characters Unicode calls decimal */
+#define IS_DECIMAL(c) ((c) < 128 ? (c) >= '0' && (c) <= '9' : Py_UNICODE_ISDECIMAL(c))
+#define IS_HEX_OR_DASH(c)                                                                     \
+    (((c) >= '0' && (c) <= '9') || ((c) >= 'a' && (c) <= 'f') || ((c) >= 'A' && (c) <= 'F') || \
+     (c) == '-')
 
 /* The route shape's key: a 64-bit FNV-1a hash of sampler.route_shape(path)'s characters,
- * computed as the path is read, so no str is built (every request pays this). Two shapes
- * of the up to MAX_ROUTES remembered share a key with a chance of about 1 in 10^13. */
-static PyObject *
-shape_key(PyObject *path)
+ * computed in one pass over the path, so no str is built (every request pays this): each
+ * segment is hashed on from the shape so far while it is read, and that hash is kept unless
+ * the segment turns out to be an id, which hashes as `:id`. Two shapes of the up to
+ * MAX_ROUTES remembered share a key with a chance of about 1 in 10^13 (a hash of 0 is
+ * keyed 1, since 0 marks an empty slot). */
+static inline uint64_t
+shape_key_of(int kind, const void *data, Py_ssize_t length)
 {
     static const char ID[] = ":id";
-    int kind = PyUnicode_KIND(path);
-    const void *data = PyUnicode_DATA(path);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(path), start = 0, i, j;
-    uint64_t hash = FNV_OFFSET;
-    for (i = 0; i <= length; i++) {
-        if (i < length && PyUnicode_READ(kind, data, i) != '/')
-            continue;
-        if (is_id_segment(kind, data, start, i)) {
+    Py_ssize_t i = 0, start, j;
+    uint64_t hash = FNV_OFFSET, segment;
+    int decimal, hex;
+    for (;;) {
+        segment = hash;
+        decimal = hex = 1;
+        for (start = i; i < length; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c == '/')
+                break;
+            segment = (segment ^ (uint64_t)c) * FNV_PRIME;
+            decimal = decimal && IS_DECIMAL(c);
+            hex = hex && IS_HEX_OR_DASH(c);
+        }
+        if ((decimal && i > start) || (hex && i - start >= HEX_ID_LENGTH)) {
             for (j = 0; j < 3; j++)
                 hash = (hash ^ (uint64_t)ID[j]) * FNV_PRIME;
         } else {
-            for (j = start; j < i; j++)
-                hash = (hash ^ (uint64_t)PyUnicode_READ(kind, data, j)) * FNV_PRIME;
+            hash = segment;
         }
-        if (i < length)
-            hash = (hash ^ (uint64_t)'/') * FNV_PRIME;
-        start = i + 1;
+        if (i >= length)
+            return hash == 0 ? 1 : hash;
+        hash = (hash ^ (uint64_t)'/') * FNV_PRIME;
+        i++;
     }
-    return PyLong_FromUnsignedLongLong(hash);
+}
+
+/* one copy of the loop per character width, each with its reads made plain */
+static uint64_t
+shape_key(PyObject *path)
+{
+    const void *data = PyUnicode_DATA(path);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(path);
+    switch (PyUnicode_KIND(path)) {
+    case PyUnicode_1BYTE_KIND:
+        return shape_key_of(PyUnicode_1BYTE_KIND, data, length);
+    case PyUnicode_2BYTE_KIND:
+        return shape_key_of(PyUnicode_2BYTE_KIND, data, length);
+    default:
+        return shape_key_of(PyUnicode_4BYTE_KIND, data, length);
+    }
+}
+
+/* The slot that holds `key`, or the empty slot where it goes. */
+static RouteSlot *
+route_slot(Sampler *self, uint64_t key)
+{
+    size_t i = (size_t)(key ^ (key >> 32)) & (ROUTE_SLOTS - 1);
+    while (self->routes[i].key != 0 && self->routes[i].key != key)
+        i = (i + 1) & (ROUTE_SLOTS - 1);
+    return &self->routes[i];
 }
 
 /* decide(path) -> bool: counts the arrival and says whether to record it (see
@@ -132,9 +172,10 @@ shape_key(PyObject *path)
 static PyObject *
 sampler_decide(Sampler *self, PyObject *path)
 {
-    double now, elapsed, last_time, chance, current, denominator;
-    PyObject *key, *last;
-    int due;
+    double now, elapsed, chance, current, denominator;
+    uint64_t key;
+    RouteSlot *slot;
+    int known, due;
     if (!PyUnicode_Check(path)) {
         PyErr_SetString(PyExc_TypeError, "decide() takes the request's path as a str");
         return NULL;
@@ -153,25 +194,17 @@ sampler_decide(Sampler *self, PyObject *path)
         self->window_sampled = 0;
     }
     key = shape_key(path);
-    if (key == NULL)
-        return NULL;
-    last = PyDict_GetItemWithError(self->routes, key); /* borrowed */
-    if (last == NULL && PyErr_Occurred()) {
-        Py_DECREF(key);
-        return NULL;
-    }
-    last_time = last == NULL ? 0.0 : PyFloat_AsDouble(last);
-    due = last == NULL || now - last_time >= self->route_interval;
-    if (due && (last != NULL || PyDict_GET_SIZE(self->routes) < MAX_ROUTES)) {
-        PyObject *stamp = PyFloat_FromDouble(now);
-        int rc = stamp == NULL ? -1 : PyDict_SetItem(self->routes, key, stamp);
-        Py_XDECREF(stamp);
-        Py_DECREF(key);
-        if (rc < 0)
-            return NULL;
+    slot = route_slot(self, key);
+    known = slot->key != 0;
+    due = !known || now - slot->stamp >= self->route_interval;
+    if (due && (known || self->route_count < MAX_ROUTES)) {
+        if (!known) {
+            slot->key = key;
+            self->route_count++;
+        }
+        slot->stamp = now;
         Py_RETURN_TRUE;
     }
-    Py_DECREF(key);
     if ((double)self->window_sampled >= self->rate * (elapsed > 1.0 ? elapsed : 1.0))
         Py_RETURN_FALSE;
     /* within the current window, arrivals beyond the smoothed rate lower the chance too */
@@ -213,8 +246,9 @@ sampler_init(Sampler *self, PyObject *args, PyObject *kwds)
     }
     Py_XSETREF(self->clock, Py_NewRef(clock));
     Py_XSETREF(self->chance, Py_NewRef(chance));
-    Py_XSETREF(self->routes, PyDict_New());
-    if (self->routes == NULL || read_clock(self, &now) < 0)
+    memset(self->routes, 0, sizeof(self->routes));
+    self->route_count = 0;
+    if (read_clock(self, &now) < 0)
         return -1;
     self->rate = rate;
     self->seen = 0;
@@ -237,7 +271,6 @@ sampler_init(Sampler *self, PyObject *args, PyObject *kwds)
 static int
 sampler_traverse(Sampler *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->routes);
     Py_VISIT(self->clock);
     Py_VISIT(self->chance);
     return 0;
@@ -246,7 +279,6 @@ sampler_traverse(Sampler *self, visitproc visit, void *arg)
 static int
 sampler_clear(Sampler *self)
 {
-    Py_CLEAR(self->routes);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->chance);
     return 0;
