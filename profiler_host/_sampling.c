@@ -110,11 +110,13 @@ read_chance(Sampler *self, double *chance)
  * the segment turns out to be an id, which hashes as `:id`. Two shapes of the up to
  * MAX_ROUTES remembered share a key with a chance of about 1 in 10^13 (a hash of 0 is
  * keyed 1, since 0 marks an empty slot). */
-static inline uint64_t
-shape_key_of(int kind, const void *data, Py_ssize_t length)
+static uint64_t
+shape_key(PyObject *path)
 {
     static const char ID[] = ":id";
-    Py_ssize_t i = 0, start, j;
+    int kind = PyUnicode_KIND(path);
+    const void *data = PyUnicode_DATA(path);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(path), i = 0, start, j;
     uint64_t hash = FNV_OFFSET, segment;
     int decimal, hex;
     for (;;) {
@@ -138,22 +140,6 @@ shape_key_of(int kind, const void *data, Py_ssize_t length)
             return hash == 0 ? 1 : hash;
         hash = (hash ^ (uint64_t)'/') * FNV_PRIME;
         i++;
-    }
-}
-
-/* one copy of the loop per character width, each with its reads made plain */
-static uint64_t
-shape_key(PyObject *path)
-{
-    const void *data = PyUnicode_DATA(path);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(path);
-    switch (PyUnicode_KIND(path)) {
-    case PyUnicode_1BYTE_KIND:
-        return shape_key_of(PyUnicode_1BYTE_KIND, data, length);
-    case PyUnicode_2BYTE_KIND:
-        return shape_key_of(PyUnicode_2BYTE_KIND, data, length);
-    default:
-        return shape_key_of(PyUnicode_4BYTE_KIND, data, length);
     }
 }
 
