@@ -259,9 +259,10 @@ class Pipeline:
 
     def _assemble(self, items: list[Inbound], group: Group, problems: Counter) -> None:
         now = self.clock()
+        stored = self.lifecycle.stored(items)
         for item in items:
             if item.hello is not None:
-                self.lifecycle.hello(item, group, now)
+                self.lifecycle.hello(item, group, now, stored)
             elif item.batch is not None:
                 self.lifecycle.batch(item, group, now, problems)
             elif item.closed:

@@ -8,6 +8,7 @@ import uuid
 
 import grpc
 import httpx
+from sqlalchemy import event
 
 from profiler_core.wire import ingest_pb2
 from profiler_core.wire.builder import BatchBuilder
@@ -248,3 +249,36 @@ def test_a_session_its_stream_left_is_stored_once_when_reaped_in_the_same_tick(
         with pipeline.engine.connect() as conn:
             rows = conn.exec_driver_sql("SELECT route, truncated FROM requests").all()
         assert [tuple(r) for r in rows] == [("/open", 1)]
+
+
+def test_a_fleet_reconnecting_at_once_is_looked_up_once_a_group(tmp_path) -> None:
+    """Hellos of sessions the worker does not hold are looked up in the store together: a
+    group of 300 (one of them a session another server left with a request open) reads the
+    sessions table twice, the batched lookup and the left one's restore, not 300 times."""
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    left = uuid.uuid4()
+    with worker(db) as first:
+        stream = FakeStream()
+        builder = BatchBuilder()
+        builder.start(1, "/open", "GET", time.monotonic_ns())
+        first._process([Inbound(stream, hello=hello("fleet", left))])
+        batch = builder.build(1)
+        raw = ingest_pb2.HostMessage(batch=batch).SerializeToString()
+        first._process([Inbound(stream, batch=batch, raw=raw)])
+        assert stream.seqs("stored") == {1}
+    with worker(db) as second:
+        lookups: list[str] = []
+
+        @event.listens_for(second.engine, "before_cursor_execute")
+        def _count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+            if statement.startswith("SELECT sessions.id"):
+                lookups.append(statement)
+
+        streams = [FakeStream() for _ in range(300)]
+        ids = [left, *(uuid.uuid4() for _ in streams[1:])]
+        second._process(
+            [Inbound(s, hello=hello("fleet", sid)) for s, sid in zip(streams, ids, strict=True)]
+        )
+        assert len(lookups) == 2
+        assert len(second.lifecycle.live) == 300
+        assert [p.route for p in second.lifecycle.live[str(left)].pending.values()] == ["/open"]

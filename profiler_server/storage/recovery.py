@@ -6,7 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, and_, select, update
+from sqlalchemy import ColumnElement, Engine, and_, select, update
 
 from profiler_core.wire import ingest_pb2
 from profiler_server.storage import schema
@@ -43,15 +43,20 @@ def load_session(engine: Engine, session_id: str) -> SessionRecord | None:
 
 
 def stored_request_ids(engine: Engine, ids: list[str]) -> set[str]:
+    return _stored(engine, schema.requests.c.id, ids)
+
+
+def stored_session_ids(engine: Engine, ids: list[str]) -> set[str]:
+    """Which of `ids` the store has sessions of: a group's Hellos are looked up together,
+    so a fleet reconnecting at once costs a query a group, not one per host."""
+    return _stored(engine, schema.sessions.c.id, ids)
+
+
+def _stored(engine: Engine, key: ColumnElement[str], ids: list[str]) -> set[str]:
     found: set[str] = set()
     with engine.connect() as conn:
         for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            found.update(
-                conn.execute(
-                    select(schema.requests.c.id).where(schema.requests.c.id.in_(chunk))
-                ).scalars()
-            )
+            found.update(conn.execute(select(key).where(key.in_(ids[i : i + 500]))).scalars())
     return found
 
 

@@ -47,14 +47,23 @@ class Sessions:
         return sum(len(s.pending) for s in self.live.values())
 
     # --- messages ------------------------------------------------------------------------
-    def hello(self, item: Inbound, group: Group, now: float) -> None:
+    def stored(self, items: list[Inbound]) -> set[str]:
+        """The sessions of the Hellos among `items` that are not live here but stored (left
+        by another stream or server): one lookup for them all."""
+        hellos = [item.hello for item in items if item.hello is not None]
+        ids = {str(uuid.UUID(bytes=hello.session_id)) for hello in hellos}
+        ids.difference_update(self.live)
+        return recovery.stored_session_ids(self.engine, sorted(ids)) if ids else set()
+
+    def hello(self, item: Inbound, group: Group, now: float, stored: set[str]) -> None:
+        """Opens (or takes over) the Hello's session; `stored`: what `stored()` found."""
         hello = item.hello
         assert hello is not None  # validated by the stream (ingest/service.py)
         sid = str(uuid.UUID(bytes=hello.session_id))
         session = self.live.get(sid)
         if session is None:
             session = Session(hello, self.limits)
-            record = recovery.load_session(self.engine, sid)
+            record = recovery.load_session(self.engine, sid) if sid in stored else None
             if record is not None:
                 self.restore(session, record, group, now)
             self.live[sid] = session
