@@ -340,11 +340,11 @@ class Transport:
             if wait is None and not self._backlog:
                 if not self._sleep(self.settings.idle_close):
                     idle = True  # the server has it all and nothing came: half-close
-                    outbox.put(None)
                     break
             else:
                 self._sleep(wait)
             self._collect()
+        outbox.put(None)  # gRPC's thread reading the outbox ends, whatever ended the stream
         acks.join(timeout=1.0 if idle else 0.0)
         responses.cancel()
         unacked.set()  # a reader still waiting for a batch reads the cancelled end

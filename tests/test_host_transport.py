@@ -219,6 +219,29 @@ def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
         server.stop(grace=10)
 
 
+def test_a_stream_the_server_ended_leaves_no_thread_behind(tmp_path: Path):
+    """gRPC reads the outbox on a thread of its own, blocked until the next batch: however
+    the stream ends (here the server stops), that thread ends too, so a server that comes
+    and goes for days costs no thread per reconnection."""
+    registry, fid = views_registry()
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    transport = Transport(
+        TransportSettings(server.target, "ends", flush_interval=0.02), registry, list
+    )
+    before = set(threading.enumerate())
+    try:
+        transport.submit(finished_request(1, fid))
+        assert eventually(lambda: stored_requests(server.http, service="ends"), timeout=30)
+        streaming = set(threading.enumerate()) - before - {transport._thread}
+        assert streaming  # the stream's threads: gRPC's outbox reader, the acks reader
+        server.stop(grace=10)
+        ended = eventually(lambda: not any(t.is_alive() for t in streaming), timeout=30)
+        assert ended, [t.name for t in streaming if t.is_alive()]
+    finally:
+        transport.stop(timeout=1)
+        server.stop(grace=10)
+
+
 def test_counts_waiting_for_their_report_do_not_hold_back_a_finished_request() -> None:
     """Between two reports of every request's counts the transport sleeps until the next
     one is due (up to COUNTS_EVERY), woken by no counted request; a sampled request that
