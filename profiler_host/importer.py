@@ -17,17 +17,16 @@ catches up on the wanted modules imported meanwhile, those still running once th
 from __future__ import annotations
 
 import copy
-import gc
 import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ExtensionFileLoader, ModuleSpec
-from types import CodeType, FunctionType, ModuleType
+from types import CodeType, ModuleType
 from typing import Any, TypeGuard, TypeVar
 
-from profiler_host.instrumenter import Instrumenter, compiled_from_a_file
+from profiler_host.instrumenter import Instrumenter, compiled_from_a_file, live_functions
 
 
 class ModuleSet:
@@ -205,11 +204,7 @@ def _name(loader: object) -> str:
 
 def _namespaces_defining_functions() -> set[int]:
     """ids of the globals of every live function compiled from a file (one heap pass)."""
-    return {
-        id(obj.__globals__)
-        for obj in gc.get_objects()
-        if type(obj) is FunctionType and compiled_from_a_file(obj.__code__)
-    }
+    return {id(obj.__globals__) for obj in live_functions() if compiled_from_a_file(obj.__code__)}
 
 
 def spec_from_others(

@@ -35,6 +35,23 @@ _codeswap = extension("_codeswap")
 set_code = _set_code_in_python if _codeswap is None else _codeswap.set_code
 
 
+def _live_functions_in_python(namespace: dict[str, object] | None = None) -> list[FunctionType]:
+    """Without the C module: a thread that builds a tuple from an iterator while this
+    walks the heap can fail with SystemError (see `_codeswap.c`)."""
+    if namespace is None:
+        return [obj for obj in gc.get_objects() if type(obj) is FunctionType]
+    return [
+        obj
+        for obj in gc.get_referrers(namespace)
+        if type(obj) is FunctionType and obj.__globals__ is namespace
+    ]
+
+
+# the live functions (of a module's globals), found in one heap pass that no other thread
+# sees (`_codeswap.c`)
+live_functions = _live_functions_in_python if _codeswap is None else _codeswap.live_functions
+
+
 class Instrumenter:
     def __init__(
         self,
@@ -132,9 +149,7 @@ class Instrumenter:
     def sweep(self) -> int:
         """Swaps the code of live functions of wanted modules; returns how many."""
         swapped = 0
-        for obj in gc.get_objects():
-            if type(obj) is not FunctionType:
-                continue
+        for obj in live_functions():
             module = obj.__module__
             if isinstance(module, str) and self.wanted(module):
                 swapped += self._swap(obj, module)
@@ -147,9 +162,8 @@ class Instrumenter:
         functions kept anywhere are found too."""
         namespace = module.__dict__
         swapped = 0
-        for obj in gc.get_referrers(namespace):
-            ours = type(obj) is FunctionType and obj.__globals__ is namespace
-            if ours and compiled_from_a_file(obj.__code__):
+        for obj in live_functions(namespace):
+            if compiled_from_a_file(obj.__code__):
                 swapped += self._swap(obj, module.__name__)
         return swapped
 
@@ -166,8 +180,8 @@ class Instrumenter:
         restored = 0
         with self._lock:
             originals = self._originals
-            for obj in gc.get_objects():
-                if type(obj) is FunctionType and id(obj.__code__) in originals:
+            for obj in live_functions():
+                if id(obj.__code__) in originals:
                     # the original's nested code objects are originals too
                     set_code(obj, originals[id(obj.__code__)])
                     restored += 1

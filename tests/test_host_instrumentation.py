@@ -11,6 +11,8 @@ import importlib.util
 import marshal
 import sys
 import textwrap
+import threading
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,7 +23,13 @@ from profiler_host.codecache import CodeCache
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
 from profiler_host.importer import InstrumentingFinder
-from profiler_host.instrumenter import Instrumenter, _codeswap, _set_code_in_python
+from profiler_host.instrumenter import (
+    Instrumenter,
+    _codeswap,
+    _live_functions_in_python,
+    _set_code_in_python,
+    live_functions,
+)
 
 MODULE = """
 import functools
@@ -206,6 +214,59 @@ def test_setting_code_in_python_leaves_calls_generic_on_3_13():
 
     _set_code_in_python(plain, plain.__code__.replace())
     assert specialised_call(plain) == "CALL"
+
+
+def _tuples_built_while(scan: Callable[[], object], scans: int) -> list[BaseException]:
+    """What a thread that builds tuples from generators raises while `scan` runs `scans`
+    times, with the interpreter switching threads as often as it can."""
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def build() -> None:
+        while not done.is_set():
+            try:
+                tuple(str(i) for i in range(200))
+            except SystemError as error:
+                errors.append(error)
+                return
+
+    interval = sys.getswitchinterval()
+    builder = threading.Thread(target=build)
+    sys.setswitchinterval(1e-6)
+    try:
+        builder.start()
+        for _ in range(scans):
+            scan()
+            if errors:
+                break
+    finally:
+        sys.setswitchinterval(interval)
+        done.set()
+        builder.join()
+    return errors
+
+
+@pytest.mark.skipif(_codeswap is None, reason="the C module is not in use")
+def test_finding_live_functions_never_breaks_another_threads_tuple(package: Path):
+    """gc.get_objects() lists a tuple another thread is still filling; held by Python code
+    while that thread runs, the list makes the tuple's resize fail in the app's code. The
+    sweep, uninstrument and the import hook find functions in C, where no thread runs."""
+    core = importlib.import_module("shopapp.core")
+    assert _tuples_built_while(live_functions, 300) == []
+    assert _tuples_built_while(lambda: live_functions(vars(core)), 300) == []
+    assert _tuples_built_while(_live_functions_in_python, 300) != []  # why it is in C
+
+
+def test_both_ways_of_finding_live_functions_find_the_same(package: Path):
+    core = importlib.import_module("shopapp.core")
+    namespace = vars(core)
+    found = {id(f) for f in live_functions(namespace)}
+    assert found == {id(f) for f in _live_functions_in_python(namespace)}
+    assert id(core.plain) in found and id(core.Shape.area) in found
+    assert all(f.__globals__ is namespace for f in live_functions(namespace))
+    everywhere = live_functions()
+    assert any(f is core.plain for f in everywhere)
+    assert all(type(f) is types.FunctionType for f in everywhere)
 
 
 def test_profiler_and_protected_packages_are_never_instrumented():
