@@ -205,11 +205,14 @@ def test_bad_option_fails_before_running_the_command(tmp_path: Path):
 POOL_SCRIPT = """
 import multiprocessing
 
+import profiler_host
+
 def square(n):
     return n * n
 
 def work(n):
-    return sum(square(i) for i in range(n))
+    with profiler_host.profile_request("work", force=True):
+        return sum(square(i) for i in range(n))
 
 if __name__ == "__main__":
     pool = multiprocessing.get_context("fork").Pool(2)
@@ -220,27 +223,31 @@ if __name__ == "__main__":
 
 
 def test_multiprocessing_children_stream_their_own_sessions(server: ServerProcess, tmp_path: Path):
+    """Forked pool workers record and stream on their own and flush as they leave through
+    os._exit. The parent has sent nothing when it forks (docs/limits.md: a fork while the
+    process streams)."""
     script = tmp_path / "pool.py"
     script.write_text(POOL_SCRIPT)
     command = host(
-        "--server", server.target, "--service", "pool", "--whole-process", "true",
-        "--flush-timeout", "20s", "--", sys.executable, str(script),
+        "--server", server.target, "--service", "pool", "--flush-timeout", "20s",
+        "--", sys.executable, str(script),
     )  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(sum(i * i for n in (10, 20, 30, 40) for i in range(n)))
-    processes = eventually(
-        lambda: len(stored_requests(server.http, service="pool")) == 3, timeout=30
+    assert "did not store" not in done.stderr, done.stderr
+    requests = eventually(
+        lambda: len(stored_requests(server.http, service="pool")) == 4, timeout=30
     )
-    assert processes, stored_requests(server.http, service="pool")  # the parent, two workers
+    assert requests, stored_requests(server.http, service="pool")
     requests = stored_requests(server.http, service="pool")
-    assert len(sessions(requests)) == 3
-    assert {r["route"] for r in requests} == {"pool.py"}
-    work_calls = 0
-    for request in requests:
-        names = functions_of(tree(server, request["id"])["lanes"][0]["root"])
-        work_calls += names.count("__main__:work")
-    assert work_calls == 4
+    assert {r["route"] for r in requests} == {"work"}
+    assert 1 <= len(sessions(requests)) <= 2  # the pool's two workers share the four tasks
+    squares = sorted(
+        functions_of(tree(server, request["id"])["lanes"][0]["root"]).count("__main__:square")
+        for request in requests
+    )
+    assert squares == [10, 20, 30, 40]
 
 
 def test_forced_requests_and_the_event_cap(server: ServerProcess, tmp_path: Path):
