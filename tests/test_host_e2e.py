@@ -236,10 +236,8 @@ def test_multiprocessing_children_stream_their_own_sessions(server: ServerProces
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(sum(i * i for n in (10, 20, 30, 40) for i in range(n)))
     assert "did not store" not in done.stderr, done.stderr
-    requests = eventually(
-        lambda: len(stored_requests(server.http, service="pool")) == 4, timeout=30
-    )
-    assert requests, stored_requests(server.http, service="pool")
+    arrived = eventually(lambda: len(stored_requests(server.http, service="pool")) == 4, timeout=30)
+    assert arrived, stored_requests(server.http, service="pool")
     requests = stored_requests(server.http, service="pool")
     assert {r["route"] for r in requests} == {"work"}
     assert 1 <= len(sessions(requests)) <= 2  # the pool's two workers share the four tasks
