@@ -16,12 +16,14 @@ CPU rounds: wrk (closed loop, full speed, the app's route mix) gives each setup 
 (the host's sampler adapts to the arrival rate) and a measured window; the worker's CPU
 comes from its CPU-time clock (every thread, ended ones included, in nanoseconds) before
 and after, the latter once the host has shipped what the window recorded, and each
-thread's from /proc/PID/task/TID/schedstat, so the host's transport and gRPC threads show
+thread's from /proc/PID/task/TID/schedstat, so the host's transport threads show
 apart from the app's (Python threads are named at the end of the run by
 `benchmarks.served`). Latency rounds: `benchmarks.open_loop` sends Poisson arrivals at
 half the unprofiled app's full-speed rate (the median of the CPU rounds) and measures
 each request from when it was issued to when its answer arrived (kernel timestamps), with
-the same arrival schedule for every setup of a round. See `overhead` for rounds and ratios.
+the same arrival schedule for every setup of a round. The host's relay process (the worker's
+child, which holds its gRPC stream) is started before the first round and its CPU is
+counted with the worker's. See `overhead` for rounds and ratios.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ SHOP_LUA = Path(__file__).resolve().parent / "shop_mix.lua"
 PATHS_LUA = Path(__file__).resolve().parent / "paths.lua"
 SETTLE = 0.5  # s after a window: the host ships what it recorded (flush interval 0.2 s)
 FIRST_LOAD = 3  # s of load after start: imports, templates, the sampler's rate estimate
+RELAY_TIMEOUT = 30  # s of load after the first for the host's relay process to start
 LATENCY_LOAD = 0.5  # share of the unprofiled app's full-speed rate for the latency rounds
 WRK_LINE = re.compile(r"(\d+) requests in ([\d.]+)(us|ms|s|m)\b")
 WRK_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
@@ -287,12 +290,32 @@ class AppProcess:
         self.worker = self.proc.pid if self.app.server == "uvicorn" else _only_child(self.proc.pid)
 
     def cpu_seconds(self) -> float:
-        """The worker's CPU, plus py-spy's when it samples the worker from outside: the CPU
-        the machine spends on serving and profiling."""
-        worker = cpu_clock_seconds(self.worker)
+        """The worker's CPU, its children's (the host's relay process, which holds its
+        stream), and py-spy's when it samples the worker from outside: the CPU the
+        machine spends on serving and profiling."""
+        worker = cpu_clock_seconds(self.worker) + self.relay_seconds()
         if self.pyspy is None:
             return worker
         return worker + cpu_clock_seconds(self.pyspy.pid)
+
+    def relay_seconds(self) -> float:
+        """CPU seconds of the worker's live children: the host's relay (none unprofiled)."""
+        total = 0.0
+        for child in children(self.worker):
+            try:
+                total += cpu_clock_seconds(child)
+            except OSError:  # gone meanwhile
+                continue
+        return total
+
+    def wait_for_relay(self, timeout: float) -> None:
+        """Loads the app until the host has started its relay process (at its first batch,
+        within the first counts report's 5 s): its start-up is not a measured window's."""
+        deadline = time.monotonic() + timeout
+        while not children(self.worker):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.app.key}, {self.setup.name}: no relay process")
+            self.load(1)
 
     def load(self, seconds: int) -> tuple[int, float]:
         count, took = wrk(self.app, self.port, seconds)
@@ -306,6 +329,7 @@ class AppProcess:
         self.load(warmup)
         threads = thread_seconds(self.worker)
         split = user_system_seconds(self.worker)
+        relay = self.relay_seconds()
         before = self.cpu_seconds()
         count, took = self.load(seconds)
         if count == 0:  # the worker stalled for the whole window (a machine far too busy)
@@ -318,6 +342,7 @@ class AppProcess:
             tid: [comm, seconds - threads.get(tid, (comm, 0.0))[1]]
             for tid, (comm, seconds) in after.items()
         }
+        spent[RELAY] = ["", self.relay_seconds() - relay]
         spent[ENDED] = ["", total - sum(seconds for _, seconds in spent.values())]
         return {
             "cpu": total / count,
@@ -374,10 +399,11 @@ class AppProcess:
 
 
 ENDED = -1  # the `threads` key of CPU spent by threads that ended within a window
+RELAY = -2  # the `threads` key of the worker's relay process
 
 
-def _only_child(pid: int) -> int:
-    children = []
+def children(pid: int) -> list[int]:
+    found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -385,10 +411,15 @@ def _only_child(pid: int) -> int:
             except OSError:
                 continue
             if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                children.append(int(entry))
-    if len(children) != 1:
-        raise RuntimeError(f"expected one worker of {pid}, found {children}")
-    return children[0]
+                found.append(int(entry))
+    return found
+
+
+def _only_child(pid: int) -> int:
+    found = children(pid)
+    if len(found) != 1:
+        raise RuntimeError(f"expected one worker of {pid}, found {found}")
+    return found[0]
 
 
 def host_counts(profiler: ServerProcess) -> dict[str, dict[str, float]]:
@@ -462,17 +493,15 @@ def _modelled_default(samples: dict) -> dict:
 
 def _label(tid: int, comm: str, worker: int, names: dict[int, str]) -> str:
     """A thread's row in the breakdown: main, its Python name (numbers folded, so a pool's
-    threads share a row), its OS name (gRPC's C threads have theirs: event_engine,
-    grpc_global_tim...), or ended."""
+    threads share a row), its OS name, ended, or the relay process."""
     if tid == ENDED:
         return "threads that ended within a window"
+    if tid == RELAY:
+        return "relay process (holds the host's gRPC stream)"
     if tid == worker:
         return "main"
     if tid in names:
-        name = re.sub(r"\d+", "N", names[tid])
-        # gRPC's own Python threads (the request iterator's consumer, the channel's
-        # spinner) run `_run_with_context`'s `_run`
-        return f"gRPC Python threads ({name})" if name == "Thread-N (_run)" else name
+        return re.sub(r"\d+", "N", names[tid])
     if comm.startswith(("python", "gunicorn")):  # a Python thread gone before the names
         return "Python threads that ended before the end of the run"
     return comm
@@ -552,6 +581,8 @@ def run(
                 for setup in overhead.choose(SETUPS, keys or DEFAULT_SETUPS):
                     try:
                         apps[setup.name] = start_app(app, setup, profiler.target, env, tmp, shop)
+                        if setup.host is not None:
+                            apps[setup.name].wait_for_relay(RELAY_TIMEOUT)
                     except RuntimeError as exc:
                         if setup.peer != "py-spy":
                             raise

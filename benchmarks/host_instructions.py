@@ -27,7 +27,7 @@ speed).
 
 The cyclic garbage collector's share (the inclusive cost of CPython's `gc_collect_main`) is
 counted apart too: full collections come in lumps of ~15M instructions, and a setup that
-changes the heap's size (the host imports gRPC and protobuf: ~9,000 more tracked objects)
+changes the heap's size (the host imports protobuf: thousands more tracked objects)
 shifts when they fall, so `ratio outside collector` is the steadier comparison.
 
 Instructions are not cycles (cache misses and branch mispredictions are not counted), and

@@ -177,10 +177,9 @@ def overhead_table(directory: Path) -> str:
     return "\n".join([*lines, "", "Commands:", "", *(f"    {one}" for one in commands)])
 
 
-# the host's own threads, as host_app's thread breakdown names them: its transport and
-# acks threads, gRPC's Python threads and its C threads (EventEngine and its lifeguard,
-# the global timer)
-HOST_THREADS = ("request-profiler", "gRPC", "event_engine", "lifeguard", "grpc_")
+# the host's own threads and its relay process, as host_app's thread breakdown names them:
+# its transport, writer and acks threads, and the relay that holds its gRPC stream
+HOST_THREADS = ("request-profiler", "relay process")
 
 
 def threads_table(directory: Path) -> str:

@@ -1,16 +1,13 @@
 """How the host proves itself to the server and checks the server: TLS for the channel
 (the server's CA, optionally a client certificate for mutual TLS) and the ingest token,
-sent as `authorization: Bearer <token>` metadata on the stream. Files are read at each
-connection, so renewed certificates are picked up without restarting the app."""
+sent as `authorization: Bearer <token>` metadata on the stream. The relay process makes the
+channel from these settings (`relay.open_channel`) and reads the files at each connection,
+so renewed certificates are picked up without restarting the app."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-import grpc
-
-SEND_LIMIT = [("grpc.max_send_message_length", 64 * 1024**2)]
 
 
 @dataclass(frozen=True)
@@ -25,22 +22,8 @@ class ChannelSecurity:
     def uses_tls(self) -> bool:
         return self.tls or bool(self.ca or self.cert)
 
-    def channel(self, server: str) -> grpc.Channel:
-        if not self.uses_tls:
-            return grpc.insecure_channel(server, options=SEND_LIMIT)
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=_read(self.ca),
-            private_key=_read(self.key),
-            certificate_chain=_read(self.cert),
-        )
-        return grpc.secure_channel(server, credentials, options=SEND_LIMIT)
-
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),) if self.token else ()
-
-
-def _read(path: str) -> bytes | None:
-    return Path(path).read_bytes() if path else None
 
 
 def check_files(security: ChannelSecurity) -> None:

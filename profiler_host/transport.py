@@ -1,4 +1,5 @@
-"""Streams batches to the profiling server from one background thread.
+"""Streams batches to the profiling server from one background thread, through the relay
+process that holds the gRPC stream (`link.py`, `relay.py`).
 
 App threads only hand over finished requests, and every request's count (deque appends);
 encoding, the network, retries and waiting all happen here; the counts go out every
@@ -12,6 +13,7 @@ fork: a child process starts a session of its own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -25,21 +27,18 @@ import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import grpc
 
 from profiler_core.wire import ingest_pb2
 from profiler_host import request_counts
 from profiler_host.batching import Batcher
 from profiler_host.events import EVENT_INTS
 from profiler_host.functions import FunctionRegistry
+from profiler_host.link import Link, Stream, StreamClosed
 from profiler_host.recording import Request
 from profiler_host.security import ChannelSecurity
 
 log = logging.getLogger("profiler_host")
 
-METHOD = "/request_profiler.v1.Ingest/Stream"
 PROFILER_VERSION = "0.1.0"
 MAX_BACKOFF = 30.0
 COUNTS_EVERY = 5.0  # seconds between reports of every request's counts
@@ -61,47 +60,9 @@ class TransportSettings:
     flush_interval: float = 1.0
     max_batch_events: int = 50_000
     # all stored and nothing to send for this long: the stream ends until the next request
-    # (gRPC's channel thread polls the GIL five times a second while it is open)
+    # (the relay's gRPC channel thread wakes five times a second while it is open)
     idle_close: float = 5.0
     security: ChannelSecurity = field(default_factory=ChannelSecurity)
-
-
-# A server that refuses this host's credentials or certificate refuses them again on
-# every retry: what is recorded meanwhile is dropped and counted, not buffered.
-REFUSALS = {
-    grpc.StatusCode.UNAUTHENTICATED: "unauthenticated",
-    grpc.StatusCode.PERMISSION_DENIED: "permission_denied",
-}
-TLS_FAILURE = "tls_handshake"
-_TLS_WORDS = ("handshake", "ssl", "certificate", "tsi_")
-# Under TLS 1.3 a server that refuses the host's certificate closes the connection right
-# after the handshake: the host sees only this (a server away refuses the connection).
-_CLOSED_IN_HANDSHAKE = ("failed to connect", "socket closed")
-
-
-def refusal(error: grpc.RpcError, tls: bool) -> str | None:
-    """The drop reason when `error` means the server will not take this host's profiles."""
-    code = error.code()
-    if code in REFUSALS:
-        return REFUSALS[code]
-    if code != grpc.StatusCode.UNAVAILABLE:
-        return None
-    details = (error.details() or "").lower()
-    if any(word in details for word in _TLS_WORDS):
-        return TLS_FAILURE
-    if tls and all(words in details for words in _CLOSED_IN_HANDSHAKE):
-        return TLS_FAILURE
-    return None
-
-
-class _Responses(Iterator[ingest_pb2.ServerMessage], Protocol):
-    """A stream call's replies, as the sync gRPC stack returns them."""
-
-    def is_active(self) -> bool: ...
-
-    def add_callback(self, callback: Callable[[], None]) -> bool: ...
-
-    def cancel(self) -> bool: ...
 
 
 class Transport:
@@ -126,6 +87,7 @@ class Transport:
         self._streaming = threading.Event()  # the first stream's threads run, or it failed
         self._logged_refusals: set[tuple[str, str]] = set()
         self._pid = os.getpid()
+        self.link = Link(settings.server, settings.security)
         # every request of the app is added here (through the profiler's `counts`, which the
         # middlewares use): one table for the transport's life, emptied for each session
         self.counts = request_counts.new_table(self._counted)
@@ -146,7 +108,6 @@ class Transport:
         self.refused: str | None = None  # why the server refused the last stream
         self.connected = False
         self._outbox: queue.SimpleQueue[bytes | None] | None = None
-        self._unacked = threading.Event()  # set while the stream's reader has acks to read
         self.counts.take()  # a forked child's table holds its parent's counts
         self.counts.waiting = True  # the first request counted starts this session's thread
         self.counts.lost = 0
@@ -215,8 +176,9 @@ class Transport:
                     self._thread.start()
 
     def after_fork(self) -> None:
-        """In a child: forget the parent's session, thread and channel (never reused)."""
+        """In a child: forget the parent's session, thread and relay (never reused)."""
         self._pid = os.getpid()
+        self.link.forget()
         self._thread = None
         self._idle = False
         self._finished.clear()
@@ -255,27 +217,22 @@ class Transport:
     # --- transport thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        # the relay boots while the first requests run, so the first batch finds it ready
+        with contextlib.suppress(OSError):  # if it cannot, each attempt tries again
+            self.link.prepare()
         backoff = 0.5
         while not self._stopping.is_set():
             idle = False
             try:
-                channel = self.settings.security.channel(self.settings.server)
-            except OSError as exc:  # a certificate file went away: as if refused
-                self._refuse(TLS_FAILURE, str(exc))
-                channel = None
-            try:
-                if channel is not None:
-                    idle = self._serve_connection(channel)
-                    if self.refused is None:
-                        backoff = 0.5
+                idle = self._serve_connection()
+                if self.refused is None:
+                    backoff = 0.5
             except Exception as exc:  # the server is away: keep recording, retry later
                 log.debug("request-profiler: stream to %s ended: %s", self.settings.server, exc)
             finally:
                 self._streaming.set()  # whatever became of it, start() waits no more
                 self.connected = False
                 self._outbox = None
-                if channel is not None:
-                    channel.close()
             if self.refused is not None:
                 self._abandon_backlog(self.refused)
             if self._stopping.is_set():
@@ -290,6 +247,7 @@ class Transport:
                 continue
             self._back_off(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, MAX_BACKOFF)
+        self.link.reset()  # stopped: the relay ends with its socket
 
     def _back_off(self, seconds: float) -> None:
         """Waits `seconds` before the next attempt, batching every flush interval meanwhile
@@ -305,7 +263,7 @@ class Transport:
             wait = self._next_wait()
             self._sleep(left if wait is None else min(left, wait))
 
-    def _serve_connection(self, channel: grpc.Channel) -> bool:
+    def _serve_connection(self) -> bool:
         """Streams until the server goes, the profiler stops, or everything is stored and
         nothing came for `idle_close` s (then True: the stream was ended for idleness)."""
         self.refused = None  # each attempt may find the server's mind changed
@@ -315,21 +273,9 @@ class Transport:
             for payload in self._backlog.values():
                 outbox.put(payload)
         self._outbox = outbox
-        stream: grpc.StreamStreamMultiCallable[bytes, ingest_pb2.ServerMessage]
-        stream = channel.stream_stream(
-            METHOD,
-            request_serializer=None,
-            response_deserializer=ingest_pb2.ServerMessage.FromString,
-        )
-        responses = stream(_drain(outbox), metadata=self.settings.security.metadata())
-        unacked = self._unacked = threading.Event()
-        if self._backlog or not responses.add_callback(unacked.set):  # resent, or ended
-            unacked.set()
+        replies = self.link.stream(_drain(outbox))
         acks = threading.Thread(
-            target=self._read_acks,
-            args=(responses, unacked),
-            name="request-profiler-acks",
-            daemon=True,
+            target=self._read_acks, args=(replies,), name="request-profiler-acks", daemon=True
         )
         acks.start()
         self._streaming.set()
@@ -344,11 +290,13 @@ class Transport:
             else:
                 self._sleep(wait)
             self._collect()
-        outbox.put(None)  # gRPC's thread reading the outbox ends, whatever ended the stream
+        outbox.put(None)  # the stream's writer ends, whatever ended the stream
         acks.join(timeout=1.0 if idle else 0.0)
-        responses.cancel()
-        unacked.set()  # a reader still waiting for a batch reads the cancelled end
+        replies.cancel()
         acks.join(timeout=1.0)
+        if not replies.finish(timeout=1.0) or acks.is_alive():
+            self.link.reset()  # a relay that does not answer is replaced at the next stream
+            acks.join()
         return idle
 
     def _sleep(self, timeout: float | None) -> bool:
@@ -387,29 +335,18 @@ class Transport:
             return max(self._counts_due - time.monotonic(), 0.0)
         return None
 
-    def _read_acks(self, responses: _Responses, unacked: threading.Event) -> None:
-        """Reads the server's acks while batches await them, and how the stream ended.
-
-        With every batch acked it waits for `unacked` instead (a batch sent, or the call's
-        end, sets it): gRPC's reading of a stream wakes its thread every 100 ms to take the
-        GIL, which an open stream with nothing to ack would pay ten times a second."""
+    def _read_acks(self, replies: Stream) -> None:
+        """Reads the server's acks, and how the stream ended (blocked on the relay's socket
+        meanwhile: no wake-up while there is nothing to read)."""
         try:
-            while True:
-                unacked.wait()
-                message = next(responses)  # the stream's end raises
+            for message in replies:
                 if message.HasField("ack"):
                     self._acked(message.ack.stored, message.ack.rejected)
-                unacked.clear()  # then looks again: a batch or the end meanwhile sets it
-                if self._backlog or not responses.is_active():
-                    unacked.set()
-        except StopIteration:
-            pass
-        except grpc.RpcError as exc:
-            reason = refusal(exc, self.settings.security.uses_tls)
-            if reason is not None:
-                self._refuse(reason, exc.details() or str(exc.code()))
-            elif exc.code() != grpc.StatusCode.CANCELLED:
-                log.debug("request-profiler: server closed the stream: %s", exc.code())
+        except StreamClosed as exc:
+            if exc.refusal:
+                self._refuse(exc.refusal, exc.details)
+            elif exc.code != "CANCELLED":
+                log.debug("request-profiler: server closed the stream: %s", exc)
         finally:
             self._hurry.set()  # the sending loop reconnects at once, lingering or not
             self._wake.set()
@@ -520,7 +457,6 @@ class Transport:
         outbox = self._outbox
         if outbox is not None:
             outbox.put(payload)
-            self._unacked.set()  # the reader waits for this batch's ack
 
     def _report_lost_counts(self) -> None:
         lost = self.counts.lost

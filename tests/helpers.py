@@ -98,3 +98,8 @@ def worker(db: str, **overrides) -> Iterator[Pipeline]:
         )
     finally:
         engine.dispose()
+
+
+def sessions(requests: list[dict]) -> set[str]:
+    """Request ids are `<session>-<n>`: one session per profiled process."""
+    return {r["id"].rsplit("-", 1)[0] for r in requests}

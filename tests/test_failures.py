@@ -74,16 +74,17 @@ def test_profiles_recorded_while_the_server_is_down_arrive_once_it_is_up(tmp_pat
 
 
 def test_server_killed_and_restarted_mid_traffic_loses_only_what_was_counted(tmp_path: Path):
-    """A 128 KiB buffer per worker holds part of the outage's requests; the others are
+    """A 512 KiB buffer per worker holds part of the outage's requests; the others are
     dropped and counted, and the hosts tell the restarted server how many. Batches the
-    killed server stored but could not ack are resent and stored once. (With 64 KiB, a
-    worker's first batch, its function definitions and a few requests, left so little room
-    that an ack taking a few hundred milliseconds on a loaded machine dropped requests
-    before the kill.) Besides the paced traffic that spans the kill and the restart, a burst
-    sent while the server is down overflows the buffers however slowly the machine serves."""
+    killed server stored but could not ack are resent and stored once. (The budget admits a
+    request by an upper estimate of its encoded size, about twice what it takes: 128 KiB
+    admitted fewer of a worker's paced requests than finish in one flush interval, so
+    requests were dropped before the kill.) Besides the paced traffic that spans the kill
+    and the restart, a burst sent while the server is down overflows the buffers however
+    slowly the machine serves."""
     log = tmp_path / "server.log"
     server = ServerProcess(database(tmp_path), log)
-    options = ("--sample-rate", "1000", "--buffer", "128KiB")
+    options = ("--sample-rate", "1000", "--buffer", "512KiB")
     app = serve_profiled(server, tmp_path, "restart", *FLASK, options=options)
     paced, burst = 300, 400
     sent = paced + burst

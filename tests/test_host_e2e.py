@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import eventually, stored_requests
+from tests.helpers import eventually, sessions, stored_requests
 from tests.processes import GUNICORN, ServerProcess, free_port, host, serve_profiled, sqlite_server
 
 
@@ -61,11 +61,6 @@ def get_concurrently(url: str, count: int) -> list[int]:
     """Status codes of `count` simultaneous GETs: busy workers force the others to serve."""
     with ThreadPoolExecutor(count) as pool:
         return list(pool.map(lambda _: httpx.get(url, timeout=60).status_code, range(count)))
-
-
-def sessions(requests: list[dict]) -> set[str]:
-    """Request ids are `<session>-<n>`: one session per profiled process."""
-    return {r["id"].rsplit("-", 1)[0] for r in requests}
 
 
 @pytest.mark.parametrize("preload", [False, True], ids=["workers-import", "preload"])
@@ -246,6 +241,64 @@ def test_multiprocessing_children_stream_their_own_sessions(server: ServerProces
         for request in requests
     )
     assert squares == [10, 20, 30, 40]
+
+
+FORKS_WHILE_STREAMING = 5
+STREAMING_POOL_SCRIPT = """
+import multiprocessing
+import sys
+
+import profiler_host
+
+def square(n):
+    return n * n
+
+def work(n):
+    with profiler_host.profile_request("work", force=True):
+        return sum(square(i) for i in range(n))
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    total = 0
+    for round in range(ROUNDS):
+        with profiler_host.profile_request("parent", force=True):
+            square(round)  # the parent's stream is busy with it as the pool forks
+        pool = context.Pool(2)
+        total += sum(pool.map(work, [10, 20]))
+        pool.close()
+        pool.join()
+    print(total, "grpc" in sys.modules)
+""".replace("ROUNDS", str(FORKS_WHILE_STREAMING))
+
+
+def test_a_process_that_streams_forks_children_that_stream_too(
+    server: ServerProcess, tmp_path: Path
+):
+    """A fork while the parent's stream is busy: gRPC runs in the parent's relay process,
+    never in the parent, so each child inherits no gRPC state, starts a relay of its own
+    and stores what it recorded (a child forked while gRPC ran in the app hung or aborted
+    now and then)."""
+    script = tmp_path / "streaming_pool.py"
+    script.write_text(STREAMING_POOL_SCRIPT)
+    command = host(
+        "--server", server.target, "--service", "streaming-pool", "--flush-timeout", "20s",
+        "--flush-interval", "10ms", "--", sys.executable, str(script),
+    )  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    squares = sum(i * i for n in (10, 20) for i in range(n)) * FORKS_WHILE_STREAMING
+    assert done.stdout.split() == [str(squares), "False"]  # gRPC never loaded in the app
+    assert "did not store" not in done.stderr, done.stderr
+    expected = 3 * FORKS_WHILE_STREAMING
+    arrived = eventually(
+        lambda: len(stored_requests(server.http, service="streaming-pool")) == expected,
+        timeout=60,
+    )
+    assert arrived, stored_requests(server.http, service="streaming-pool")
+    requests = stored_requests(server.http, service="streaming-pool")
+    routes = sorted(r["route"] for r in requests)
+    assert routes == ["parent"] * FORKS_WHILE_STREAMING + ["work"] * 2 * FORKS_WHILE_STREAMING
+    assert len(sessions(requests)) >= 1 + FORKS_WHILE_STREAMING  # each pool's workers
 
 
 def test_forced_requests_and_the_event_cap(server: ServerProcess, tmp_path: Path):

@@ -3,6 +3,10 @@ whole requests dropped and counted, everything else stored once it comes back.""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,7 +17,7 @@ from profiler_host.functions import FunctionRegistry
 from profiler_host.recording import Request
 from profiler_host.transport import COUNTS_EVERY, Transport, TransportSettings
 from profiler_host.transport import _wire_bytes as transport_wire_bytes
-from tests.helpers import eventually, metric_value, stored_requests
+from tests.helpers import eventually, metric_value, sessions, stored_requests
 from tests.processes import ServerProcess, free_port
 
 CALLS = 50
@@ -220,9 +224,9 @@ def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
 
 
 def test_a_stream_the_server_ended_leaves_no_thread_behind(tmp_path: Path):
-    """gRPC reads the outbox on a thread of its own, blocked until the next batch: however
-    the stream ends (here the server stops), that thread ends too, so a server that comes
-    and goes for days costs no thread per reconnection."""
+    """The stream's writer reads the outbox on a thread of its own, blocked until the next
+    batch: however the stream ends (here the server stops), that thread ends too, so a
+    server that comes and goes for days costs no thread per reconnection."""
     registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = Transport(
@@ -233,13 +237,94 @@ def test_a_stream_the_server_ended_leaves_no_thread_behind(tmp_path: Path):
         transport.submit(finished_request(1, fid))
         assert eventually(lambda: stored_requests(server.http, service="ends"), timeout=30)
         streaming = set(threading.enumerate()) - before - {transport._thread}
-        assert streaming  # the stream's threads: gRPC's outbox reader, the acks reader
+        assert streaming  # the stream's threads: the outbox's writer, the acks reader
         server.stop(grace=10)
         ended = eventually(lambda: not any(t.is_alive() for t in streaming), timeout=30)
         assert ended, [t.name for t in streaming if t.is_alive()]
     finally:
         transport.stop(timeout=1)
         server.stop(grace=10)
+
+
+def test_a_killed_relay_is_replaced_and_what_it_carried_is_sent_again(tmp_path: Path):
+    """The relay process holds the stream, the app the unacked batches: a relay that dies
+    (here SIGKILL, while a batch may be in flight) is replaced at the next attempt and the
+    backlog goes out again under the same session, each request stored once."""
+    registry, fid = views_registry()
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    transport = Transport(
+        TransportSettings(server.target, "relayed", flush_interval=0.02), registry, list
+    )
+    try:
+        for n in range(1, 6):
+            transport.submit(finished_request(n, fid))
+        assert transport.flush(timeout=30)
+        first = transport.link.relay_pid
+        assert first is not None and first != os.getpid()
+        os.kill(first, signal.SIGKILL)
+        for n in range(6, 11):
+            transport.submit(finished_request(n, fid))
+        assert transport.flush(timeout=60), "not stored through a new relay"
+        assert transport.link.relay_pid not in (None, first)
+        stored = eventually(
+            lambda: len(stored_requests(server.http, service="relayed")) == 10, timeout=30
+        )
+        assert stored, stored_requests(server.http, service="relayed")
+        assert len(sessions(stored_requests(server.http, service="relayed"))) == 1
+    finally:
+        transport.stop(timeout=1)
+        server.stop(grace=10)
+
+
+RELAYED_APP = """
+import sys, time
+from profiler_core.model import EventKind
+from profiler_host.functions import FunctionRegistry
+from profiler_host.recording import Request
+from profiler_host.transport import Transport, TransportSettings
+
+registry = FunctionRegistry()
+fid = registry.register("app.view", compile("pass", "app/view.py", "exec"))
+transport = Transport(TransportSettings(sys.argv[1], "dying"), registry, list)
+request = Request(1, "/r", "GET", event_cap=100)
+request.main.append((int(EventKind.ENTER), fid, 1, request.start_ns))
+request.main.append((int(EventKind.EXIT), fid, 1, request.start_ns + 1))
+request.finish(200)
+transport.submit(request)
+assert transport.flush(timeout=30)
+print(transport.link.relay_pid, "grpc" in sys.modules, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_relay_ends_with_the_app_and_the_app_never_loads_grpc(tmp_path: Path):
+    """gRPC runs only in the relay (so the app forks safely whatever its stream does), and
+    an app killed outright leaves no relay behind: it ends with the app's socket."""
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    script = tmp_path / "app.py"
+    script.write_text(RELAYED_APP)
+    app = subprocess.Popen(
+        [sys.executable, str(script), server.target], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert app.stdout is not None
+        relay, grpc_loaded = app.stdout.readline().split()
+        assert grpc_loaded == "False"
+        assert Path(f"/proc/{relay}").exists()
+        app.kill()
+        app.wait(timeout=30)
+        assert eventually(lambda: not _running(int(relay)), timeout=30), f"relay {relay} stays"
+    finally:
+        app.kill()
+        server.stop(grace=10)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (not a zombie waiting for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_counts_waiting_for_their_report_do_not_hold_back_a_finished_request() -> None:

@@ -1,0 +1,175 @@
+"""The host's relay: the process that holds the host's gRPC stream to the server, started by
+exec from the app (`link.py`) and fed the app's messages over a Unix socket.
+
+gRPC's core is not fork-safe: a process forked while one of its threads is inside gRPC
+(a stream being set up, a read in flight) gets a broken copy of its state, and the child
+hangs or aborts as soon as it makes a channel of its own. An app the host is loaded into
+forks when it likes (`multiprocessing`, a job runner), so gRPC never runs in the app: the
+app encodes batches and keeps them until acked, and this process only carries them. It
+also keeps gRPC's polling threads off the app's GIL. It carries one stream at a time, as
+the app's transport opens them, and exits when the app's end of the socket closes
+(the app stopped, exited or died).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+
+from profiler_host import relay_frames as frames
+from profiler_host.security import ChannelSecurity
+
+METHOD = "/request_profiler.v1.Ingest/Stream"
+OPTIONS = [("grpc.max_send_message_length", 64 * 1024**2)]  # far above a batch
+# A server that refuses this host's credentials or certificate refuses them again on
+# every retry: the app drops what it records meanwhile, counted by these reasons.
+REFUSALS = {
+    grpc.StatusCode.UNAUTHENTICATED: "unauthenticated",
+    grpc.StatusCode.PERMISSION_DENIED: "permission_denied",
+}
+TLS_FAILURE = "tls_handshake"
+_TLS_WORDS = ("handshake", "ssl", "certificate", "tsi_")
+# Under TLS 1.3 a server that refuses the host's certificate closes the connection right
+# after the handshake: the host sees only this (a server away refuses the connection).
+_CLOSED_IN_HANDSHAKE = ("failed to connect", "socket closed")
+
+
+def refusal(error: grpc.RpcError, tls: bool) -> str:
+    """The drop reason when `error` means the server will not take this host's profiles
+    ("" when it may take them on a later try)."""
+    code = error.code()
+    if code in REFUSALS:
+        return REFUSALS[code]
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return ""
+    details = (error.details() or "").lower()
+    if any(word in details for word in _TLS_WORDS):
+        return TLS_FAILURE
+    if tls and all(words in details for words in _CLOSED_IN_HANDSHAKE):
+        return TLS_FAILURE
+    return ""
+
+
+def open_channel(security: ChannelSecurity, server: str) -> grpc.Channel:
+    """A new channel to `server`; certificate files are read now, so renewed ones are used
+    from the next stream on."""
+    if not security.uses_tls:
+        return grpc.insecure_channel(server, options=OPTIONS)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(security.ca),
+        private_key=_read(security.key),
+        certificate_chain=_read(security.cert),
+    )
+    return grpc.secure_channel(server, credentials, options=OPTIONS)
+
+
+def _read(path: str) -> bytes | None:
+    return Path(path).read_bytes() if path else None
+
+
+class Relay:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._writing = threading.Lock()
+        self.server = ""
+        self.security = ChannelSecurity()
+        self._outbox: queue.SimpleQueue[bytes | None] | None = None
+        self._call: grpc.Call | None = None
+
+    def run(self) -> None:
+        """Serves the app's frames until its end of the socket closes."""
+        try:
+            while True:
+                frame = frames.receive(self.sock)
+                if frame is None:
+                    break
+                self._handle(*frame)
+        finally:
+            self._end_stream()
+            if self._call is not None:
+                self._call.cancel()
+
+    def _handle(self, kind: int, body: bytes) -> None:
+        if kind == frames.SETTINGS:
+            settings = json.loads(body)
+            self.server = settings["server"]
+            self.security = ChannelSecurity(**settings["security"])
+        elif kind == frames.OPEN:
+            self._open()
+        elif kind == frames.MESSAGE and self._outbox is not None:
+            self._outbox.put(body)
+        elif kind == frames.END:
+            self._end_stream()
+        elif kind == frames.CANCEL and self._call is not None:
+            self._call.cancel()
+
+    def _end_stream(self) -> None:
+        if self._outbox is not None:
+            self._outbox.put(None)
+            self._outbox = None
+
+    def _open(self) -> None:
+        self._end_stream()
+        try:
+            channel = open_channel(self.security, self.server)
+        except OSError as exc:  # a certificate file went away: as if refused
+            self._closed("UNAVAILABLE", str(exc), TLS_FAILURE)
+            return
+        outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            METHOD, request_serializer=None, response_deserializer=None
+        )
+        call = stream(_drain(outbox), metadata=self.security.metadata())
+        self._outbox, self._call = outbox, call
+        threading.Thread(
+            target=self._replies, args=(channel, call, outbox), name="replies", daemon=True
+        ).start()
+
+    def _replies(
+        self, channel: grpc.Channel, call: Iterator[bytes], outbox: queue.SimpleQueue
+    ) -> None:
+        """Hands the server's replies to the app, then how the stream ended."""
+        try:
+            for reply in call:
+                self._send(frames.REPLY, reply)
+        except grpc.RpcError as exc:
+            self._closed(exc.code().name, exc.details() or "", refusal(exc, self.security.uses_tls))
+        else:
+            self._closed("OK", "", "")
+        finally:
+            outbox.put(None)  # gRPC's thread reading the outbox ends, whatever ended the stream
+            channel.close()
+
+    def _closed(self, code: str, details: str, refused: str) -> None:
+        body = json.dumps({"code": code, "details": details, "refusal": refused}).encode()
+        self._send(frames.CLOSED, body)
+
+    def _send(self, kind: int, body: bytes) -> None:
+        try:
+            with self._writing:
+                frames.send(self.sock, kind, body)
+        except OSError:  # the app is gone: the main loop sees the socket's end
+            pass
+
+
+def _drain(outbox: queue.SimpleQueue[bytes | None]) -> Iterator[bytes]:
+    while True:
+        item = outbox.get()
+        if item is None:
+            return
+        yield item
+
+
+def main() -> None:
+    """The relay's entry point (`link.py` starts it with the app's end of a socket pair as
+    standard input). Ctrl-C in the app's terminal is the app's to handle: the relay ends
+    with the app's socket."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Relay(socket.socket(fileno=0)).run()
