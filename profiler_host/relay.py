@@ -13,15 +13,15 @@ the app's transport opens them, and exits when the app's end of the socket close
 
 from __future__ import annotations
 
+import asyncio
 import json
-import queue
 import signal
 import socket
-import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+import grpc.aio
 
 from profiler_host import relay_frames as frames
 from profiler_host.security import ChannelSecurity
@@ -41,7 +41,7 @@ _TLS_WORDS = ("handshake", "ssl", "certificate", "tsi_")
 _CLOSED_IN_HANDSHAKE = ("failed to connect", "socket closed")
 
 
-def refusal(error: grpc.RpcError, tls: bool) -> str:
+def refusal(error: grpc.aio.AioRpcError, tls: bool) -> str:
     """The drop reason when `error` means the server will not take this host's profiles
     ("" when it may take them on a later try)."""
     code = error.code()
@@ -57,17 +57,17 @@ def refusal(error: grpc.RpcError, tls: bool) -> str:
     return ""
 
 
-def open_channel(security: ChannelSecurity, server: str) -> grpc.Channel:
+def open_channel(security: ChannelSecurity, server: str) -> grpc.aio.Channel:
     """A new channel to `server`; certificate files are read now, so renewed ones are used
     from the next stream on."""
     if not security.uses_tls:
-        return grpc.insecure_channel(server, options=OPTIONS)
+        return grpc.aio.insecure_channel(server, options=OPTIONS)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=_read(security.ca),
         private_key=_read(security.key),
         certificate_chain=_read(security.cert),
     )
-    return grpc.secure_channel(server, credentials, options=OPTIONS)
+    return grpc.aio.secure_channel(server, credentials, options=OPTIONS)
 
 
 def _read(path: str) -> bytes | None:
@@ -75,26 +75,31 @@ def _read(path: str) -> bytes | None:
 
 
 class Relay:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self._writing = threading.Lock()
+    """The app's frames in, the stream's replies out, on one event loop: gRPC's asyncio
+    stack waits for the network in C with no timeout, so a stream open with nothing to
+    carry costs no wake-ups (its threaded stack polls several times a second)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
         self.server = ""
         self.security = ChannelSecurity()
-        self._outbox: queue.SimpleQueue[bytes | None] | None = None
-        self._call: grpc.Call | None = None
+        self._outbox: asyncio.Queue[bytes | None] | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._streams: set[asyncio.Task] = set()
 
-    def run(self) -> None:
-        """Serves the app's frames until its end of the socket closes."""
+    async def run(self, reader: asyncio.StreamReader) -> None:
+        """Serves the app's frames until its end of the socket closes (or sends garbage)."""
         try:
-            while True:
-                frame = frames.receive(self.sock)
-                if frame is None:
-                    break
+            while (frame := await frames.read(reader)) is not None:
                 self._handle(*frame)
+        except (OSError, ValueError):
+            pass
         finally:
             self._end_stream()
             if self._call is not None:
                 self._call.cancel()
+            if self._streams:
+                await asyncio.wait(self._streams, timeout=1.0)
 
     def _handle(self, kind: int, body: bytes) -> None:
         if kind == frames.SETTINGS:
@@ -104,7 +109,7 @@ class Relay:
         elif kind == frames.OPEN:
             self._open()
         elif kind == frames.MESSAGE and self._outbox is not None:
-            self._outbox.put(body)
+            self._outbox.put_nowait(body)
         elif kind == frames.END:
             self._end_stream()
         elif kind == frames.CANCEL and self._call is not None:
@@ -112,7 +117,7 @@ class Relay:
 
     def _end_stream(self) -> None:
         if self._outbox is not None:
-            self._outbox.put(None)
+            self._outbox.put_nowait(None)
             self._outbox = None
 
     def _open(self) -> None:
@@ -122,49 +127,52 @@ class Relay:
         except OSError as exc:  # a certificate file went away: as if refused
             self._closed("UNAVAILABLE", str(exc), TLS_FAILURE)
             return
-        outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+        outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        stream: grpc.aio.StreamStreamMultiCallable = channel.stream_stream(
             METHOD, request_serializer=None, response_deserializer=None
         )
         call = stream(_drain(outbox), metadata=self.security.metadata())
         self._outbox, self._call = outbox, call
-        threading.Thread(
-            target=self._replies, args=(channel, call, outbox), name="replies", daemon=True
-        ).start()
+        task = asyncio.create_task(self._replies(channel, call))
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
 
-    def _replies(
-        self, channel: grpc.Channel, call: Iterator[bytes], outbox: queue.SimpleQueue
-    ) -> None:
+    async def _replies(self, channel: grpc.aio.Channel, call: grpc.aio.StreamStreamCall) -> None:
         """Hands the server's replies to the app, then how the stream ended."""
         try:
-            for reply in call:
+            async for reply in call:
                 self._send(frames.REPLY, reply)
-        except grpc.RpcError as exc:
+        except grpc.aio.AioRpcError as exc:
             self._closed(exc.code().name, exc.details() or "", refusal(exc, self.security.uses_tls))
+        except asyncio.CancelledError:  # cancelled by the app (or the relay is ending)
+            self._closed(grpc.StatusCode.CANCELLED.name, "cancelled", "")
         else:
             self._closed("OK", "", "")
         finally:
-            outbox.put(None)  # gRPC's thread reading the outbox ends, whatever ended the stream
-            channel.close()
+            if self._call is call:
+                self._call = None
+            # gRPC's core and its threads stop once no channel object is left (the last
+            # one's deallocation shuts them down): the relay keeps none between streams
+            await channel.close()
 
     def _closed(self, code: str, details: str, refused: str) -> None:
         body = json.dumps({"code": code, "details": details, "refusal": refused}).encode()
         self._send(frames.CLOSED, body)
 
     def _send(self, kind: int, body: bytes) -> None:
-        try:
-            with self._writing:
-                frames.send(self.sock, kind, body)
-        except OSError:  # the app is gone: the main loop sees the socket's end
-            pass
+        if not self._writer.is_closing():  # else the app is gone: `run` sees the end
+            self._writer.write(frames.pack(kind, body))
 
 
-def _drain(outbox: queue.SimpleQueue[bytes | None]) -> Iterator[bytes]:
-    while True:
-        item = outbox.get()
-        if item is None:
-            return
+async def _drain(outbox: asyncio.Queue[bytes | None]) -> AsyncIterator[bytes]:
+    while (item := await outbox.get()) is not None:
         yield item
+
+
+async def _serve(sock: socket.socket) -> None:
+    reader, writer = await asyncio.open_unix_connection(sock=sock)
+    await Relay(writer).run(reader)
+    writer.close()
 
 
 def main() -> None:
@@ -172,4 +180,4 @@ def main() -> None:
     standard input). Ctrl-C in the app's terminal is the app's to handle: the relay ends
     with the app's socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    Relay(socket.socket(fileno=0)).run()
+    asyncio.run(_serve(socket.socket(fileno=0)))

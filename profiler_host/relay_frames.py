@@ -6,6 +6,7 @@ END (the host's half-close) or CANCEL; the relay answers REPLYs (serialized
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 
@@ -18,9 +19,22 @@ REPLY, CLOSED = 16, 17
 MAX_BODY = 80 * 1024**2
 
 
+def pack(kind: int, body: bytes = b"") -> bytes:
+    return HEADER.pack(kind, len(body)) + body
+
+
 def send(sock: socket.socket, kind: int, body: bytes = b"") -> None:
-    """Writes one frame (the caller serialises writers)."""
-    sock.sendmsg([HEADER.pack(kind, len(body)), body])
+    """Writes one frame whole (the caller serialises writers): `sendall`, since a signal
+    that interrupts a blocking send after part of it leaves only that part sent."""
+    sock.sendall(pack(kind, body))
+
+
+def body_length(header: bytes) -> tuple[int, int]:
+    """The kind and body length a header gives; ValueError for a length no peer sends."""
+    kind, length = HEADER.unpack(header)
+    if length > MAX_BODY:
+        raise ValueError(f"relay frame of {length} bytes: over {MAX_BODY}")
+    return kind, length
 
 
 def receive(sock: socket.socket) -> tuple[int, bytes] | None:
@@ -28,13 +42,20 @@ def receive(sock: socket.socket) -> tuple[int, bytes] | None:
     header = _exactly(sock, HEADER.size)
     if header is None:
         return None
-    kind, length = HEADER.unpack(header)
-    if length > MAX_BODY:
-        raise ValueError(f"relay frame of {length} bytes: over {MAX_BODY}")
+    kind, length = body_length(header)
     body = _exactly(sock, length)
     if body is None:
         return None
     return kind, body
+
+
+async def read(reader: asyncio.StreamReader) -> tuple[int, bytes] | None:
+    """`receive` for the relay's event loop."""
+    try:
+        kind, length = body_length(await reader.readexactly(HEADER.size))
+        return kind, await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        return None
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes | None:

@@ -187,10 +187,11 @@ def test_while_the_server_is_away_an_idle_transport_wakes_only_to_retry():
 
 
 def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
-    """All stored and nothing new for `idle_close`: the stream ends, and with it gRPC's
-    channel thread (it takes the GIL five times a second while the stream is open) and the
-    host's acks reader; no thread but the transport's stays, and it waits without waking.
-    The next request opens a stream again and is stored."""
+    """All stored and nothing new for `idle_close`: the stream ends, and with it the host's
+    writer and acks reader, and in the relay process gRPC's channel and its core's threads
+    (which wake several times a second while it is open); no thread of the app's but the
+    transport's stays, and it waits without waking, and the relay keeps only its own. The
+    next request opens a stream again and is stored."""
     registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = _CountingTransport(
@@ -215,6 +216,9 @@ def test_an_idle_stream_ends_and_gRPCs_threads_with_it(tmp_path: Path):
                 timeout=30,
             )
             assert closed, (transport.idle_closes, set(threading.enumerate()) - before)
+            relay = f"/proc/{transport.link.relay_pid}/task"
+            alone = eventually(lambda r=relay: len(os.listdir(r)) == 1, timeout=10)
+            assert alone, [Path(relay, t, "comm").read_text().strip() for t in os.listdir(relay)]
             settled = transport.passes
             time.sleep(0.5)  # more than two idle_close spans
             assert transport.passes == settled and transport.idle_closes == number
