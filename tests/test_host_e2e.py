@@ -197,8 +197,9 @@ def test_bad_option_fails_before_running_the_command(tmp_path: Path):
     assert "PROFILER_SAMPLE_RATE" in done.stderr and "ran" not in done.stdout
 
 
-POOL_SCRIPT = """
+POOL_WORK = """
 import multiprocessing
+import sys
 
 import profiler_host
 
@@ -208,19 +209,23 @@ def square(n):
 def work(n):
     with profiler_host.profile_request("work", force=True):
         return sum(square(i) for i in range(n))
-
+"""
+POOL_SCRIPT = (
+    POOL_WORK
+    + """
 if __name__ == "__main__":
     pool = multiprocessing.get_context("fork").Pool(2)
     print(sum(pool.map(work, [10, 20, 30, 40])))
     pool.close()  # workers leave through os._exit; terminate() would kill them unflushed
     pool.join()
 """
+)
 
 
 def test_multiprocessing_children_stream_their_own_sessions(server: ServerProcess, tmp_path: Path):
     """Forked pool workers record and stream on their own and flush as they leave through
-    os._exit. The parent has sent nothing when it forks (docs/limits.md: a fork while the
-    process streams)."""
+    os._exit. The parent has sent nothing when it forks (the next test forks a parent that
+    streams)."""
     script = tmp_path / "pool.py"
     script.write_text(POOL_SCRIPT)
     command = host(
@@ -244,19 +249,9 @@ def test_multiprocessing_children_stream_their_own_sessions(server: ServerProces
 
 
 FORKS_WHILE_STREAMING = 5
-STREAMING_POOL_SCRIPT = """
-import multiprocessing
-import sys
-
-import profiler_host
-
-def square(n):
-    return n * n
-
-def work(n):
-    with profiler_host.profile_request("work", force=True):
-        return sum(square(i) for i in range(n))
-
+STREAMING_POOL_SCRIPT = (
+    POOL_WORK
+    + """
 if __name__ == "__main__":
     context = multiprocessing.get_context("fork")
     total = 0
@@ -269,6 +264,7 @@ if __name__ == "__main__":
         pool.join()
     print(total, "grpc" in sys.modules)
 """.replace("ROUNDS", str(FORKS_WHILE_STREAMING))
+)
 
 
 def test_a_process_that_streams_forks_children_that_stream_too(
