@@ -183,7 +183,10 @@ async def _serve(sock: socket.socket) -> None:
 
 def main() -> None:
     """The relay's entry point (`link.py` starts it with the app's end of a socket pair as
-    standard input). Ctrl-C in the app's terminal is the app's to handle: the relay ends
-    with the app's socket."""
+    standard input). It ends with the app's socket, and only then: Ctrl-C in the app's
+    terminal is the app's to handle, and a service manager that stops the app by sending
+    SIGTERM to each of its processes (systemd's control-group kill) lets the app flush
+    its last batches through this relay as it stops."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     asyncio.run(_serve(socket.socket(fileno=0)))

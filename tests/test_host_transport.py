@@ -289,27 +289,41 @@ from profiler_host.transport import Transport, TransportSettings
 
 registry = FunctionRegistry()
 fid = registry.register("app.view", compile("pass", "app/view.py", "exec"))
-transport = Transport(TransportSettings(sys.argv[1], "dying"), registry, list)
-request = Request(1, "/r", "GET", event_cap=100)
-request.main.append((int(EventKind.ENTER), fid, 1, request.start_ns))
-request.main.append((int(EventKind.EXIT), fid, 1, request.start_ns + 1))
-request.finish(200)
-transport.submit(request)
+transport = Transport(TransportSettings(sys.argv[1], "relayed-app"), registry, list)
+
+def finished(number):
+    request = Request(number, "/r", "GET", event_cap=100)
+    request.main.append((int(EventKind.ENTER), fid, 1, request.start_ns))
+    request.main.append((int(EventKind.EXIT), fid, 1, request.start_ns + 1))
+    request.finish(200)
+    return request
+
+transport.submit(finished(1))
 assert transport.flush(timeout=30)
 print(transport.link.relay_pid, "grpc" in sys.modules, flush=True)
+for line in sys.stdin:  # a request number: recorded, flushed, and which relay carried it
+    transport.submit(finished(int(line)))
+    print(transport.flush(timeout=30), transport.link.relay_pid, flush=True)
 time.sleep(600)
 """
+
+
+def _relayed_app(tmp_path: Path, server: ServerProcess) -> subprocess.Popen[str]:
+    script = tmp_path / "app.py"
+    script.write_text(RELAYED_APP)
+    return subprocess.Popen(
+        [sys.executable, str(script), server.target],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_the_relay_ends_with_the_app_and_the_app_never_loads_grpc(tmp_path: Path):
     """gRPC runs only in the relay (so the app forks safely whatever its stream does), and
     an app killed outright leaves no relay behind: it ends with the app's socket."""
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
-    script = tmp_path / "app.py"
-    script.write_text(RELAYED_APP)
-    app = subprocess.Popen(
-        [sys.executable, str(script), server.target], stdout=subprocess.PIPE, text=True
-    )
+    app = _relayed_app(tmp_path, server)
     try:
         assert app.stdout is not None
         relay, grpc_loaded = app.stdout.readline().split()
@@ -318,6 +332,32 @@ def test_the_relay_ends_with_the_app_and_the_app_never_loads_grpc(tmp_path: Path
         app.kill()
         app.wait(timeout=30)
         assert eventually(lambda: not _running(int(relay)), timeout=30), f"relay {relay} stays"
+    finally:
+        app.kill()
+        server.stop(grace=10)
+
+
+def test_a_relay_sent_sigterm_stays_until_the_app_ends(tmp_path: Path):
+    """A service manager that stops a service by sending SIGTERM to each of its processes
+    (systemd's control-group kill) reaches the relay too: it stays, so the app's last
+    batches, flushed as it stops, go out through it, and it ends with the app."""
+    server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
+    app = _relayed_app(tmp_path, server)
+    try:
+        assert app.stdin is not None and app.stdout is not None
+        relay = int(app.stdout.readline().split()[0])
+        os.kill(relay, signal.SIGTERM)
+        app.stdin.write("2\n")
+        app.stdin.flush()
+        assert app.stdout.readline().split() == ["True", str(relay)]
+        stored = eventually(
+            lambda: len(stored_requests(server.http, service="relayed-app")) == 2, timeout=30
+        )
+        assert stored, stored_requests(server.http, service="relayed-app")
+        app.stdin.close()
+        app.kill()
+        app.wait(timeout=30)
+        assert eventually(lambda: not _running(relay), timeout=30), f"relay {relay} stays"
     finally:
         app.kill()
         server.stop(grace=10)
