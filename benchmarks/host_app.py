@@ -309,8 +309,9 @@ class AppProcess:
         return total
 
     def wait_for_relay(self, timeout: float) -> None:
-        """Loads the app until the host has started its relay process (at its first batch,
-        within the first counts report's 5 s): its start-up is not a measured window's."""
+        """Loads the app until the host has started its relay process (as its transport's
+        thread starts, at the first request counted): its start-up is not a measured
+        window's."""
         deadline = time.monotonic() + timeout
         while not children(self.worker):
             if time.monotonic() > deadline:

@@ -1,8 +1,9 @@
 """The app's end of its relay process (`relay.py`), which holds the gRPC stream: started by
-exec when the first stream opens, it lives as long as the app's end of their socket pair
-(a forked child closes its copy at once and starts a relay of its own), and is replaced
-when it dies or stops answering. Only the transport's threads touch it; no thread here
-polls: the reader blocks on the socket until the relay writes."""
+exec as the transport's thread starts (or at the next stream, after one died), it lives as
+long as the app's end of their socket pair (a forked child closes its copy at once and
+starts a relay of its own), and is replaced when it dies or stops answering. Only the
+transport's threads touch it; no thread here polls: the reader blocks on the socket until
+the relay writes."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ class TransportSettings:
     flush_interval: float = 1.0
     max_batch_events: int = 50_000
     # all stored and nothing to send for this long: the stream ends until the next request
-    # (the relay's gRPC channel thread wakes five times a second while it is open)
+    # (gRPC's core threads in the relay wake about a dozen times a second while it is open)
     idle_close: float = 5.0
     security: ChannelSecurity = field(default_factory=ChannelSecurity)
 
