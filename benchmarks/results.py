@@ -22,7 +22,8 @@ def path_for(name: str, suffix: str) -> Path:
 
 
 def _code_version() -> dict:
-    """The commit measured, and whether server code had uncommitted changes."""
+    """The commit measured, and whether the code it measures (server, host, the apps) had
+    uncommitted changes."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -32,7 +33,10 @@ def _code_version() -> dict:
             text=True,
         ).stdout.strip()
 
-    changed = git("status", "--porcelain", "--", "profiler_server", "profiler_core")
+    changed = git(
+        "status", "--porcelain", "--", "profiler_server", "profiler_core", "profiler_host",
+        "profiling_target",
+    )  # fmt: skip
     return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(changed)}
 
 

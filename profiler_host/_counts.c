@@ -255,13 +255,20 @@ status_line_code(PyObject *line, long long *status)
     return 0;
 }
 
-/* `name` is the exact str `last` holds (C's comparison: no Python code runs) */
+/* str `text` holds what str `other` does (C's comparison: no Python code runs); the same
+ * object or another length answer at once */
+static int
+equal_text(PyObject *text, PyObject *other)
+{
+    return text == other || (PyUnicode_GET_LENGTH(text) == PyUnicode_GET_LENGTH(other) &&
+                             PyUnicode_Compare(text, other) == 0);
+}
+
+/* `name` is the exact str `last` holds */
 static int
 same_name(PyObject *name, PyObject *last)
 {
-    return name == last ||
-           (PyUnicode_CheckExact(name) && PyUnicode_GET_LENGTH(name) == PyUnicode_GET_LENGTH(last) &&
-            PyUnicode_Compare(name, last) == 0);
+    return name == last || (PyUnicode_CheckExact(name) && equal_text(name, last));
 }
 
 static int
@@ -476,17 +483,20 @@ counted_call(Counted *self, PyObject *const *args, size_t nargsf, PyObject *kwna
             }
         }
     }
-    else if (nargs == 1 && kwnames == NULL && PyDict_Check(args[0])) {
+    else if ((self->status == NULL || self->status == Py_None) && nargs == 1 &&
+             kwnames == NULL && PyDict_Check(args[0])) {
+        /* until the response starts: what follows it cannot change its status */
         PyObject *kind = PyDict_GetItemWithError(args[0], TYPE_KEY);
         if (kind != NULL && PyUnicode_Check(kind)) {
-            if (PyUnicode_Compare(kind, HTTP_RESPONSE_START) == 0) {
+            if (equal_text(kind, HTTP_RESPONSE_START)) {
                 PyObject *status = PyDict_GetItemWithError(args[0], STATUS_KEY);
                 Py_XSETREF(self->status, Py_NewRef(status != NULL ? status : ZERO));
             }
-            else if (PyUnicode_Compare(kind, WEBSOCKET_ACCEPT) == 0)
+            else if (equal_text(kind, WEBSOCKET_ACCEPT))
                 Py_XSETREF(self->status, Py_NewRef(SWITCHING));
         }
-        PyErr_Clear(); /* a key whose hash or comparison failed: the app's send sees it */
+        if (PyErr_Occurred())
+            PyErr_Clear(); /* a key whose hash or comparison failed: the app's send sees it */
     }
     return PyObject_Vectorcall(self->target, args, nargsf, kwnames);
 }
@@ -915,7 +925,8 @@ static PyTypeObject AwaitingType = {
  * `sampled(profiler, scope, receive, send, path, method, False)`; anything else (no
  * profiler started, lifespan, websocket, a force secret, a scope of another shape) to
  * `fallback(scope, receive, send)`, the Python dispatch it is the twin of (tests compare
- * the two). The profiler is `runtime["STARTED"]`, read per call as Python reads it. */
+ * the two). The profiler is `runtime["STARTED"]`, read per call as Python reads it; its
+ * `force_secret`, `counts` and `decide` are read when it is first seen. */
 
 typedef struct {
     PyObject_HEAD
@@ -925,6 +936,9 @@ typedef struct {
     PyObject *sampled;
     PyObject *route_of;
     PyObject *middleware; /* exposed as __self__, as by the bound method it stands for */
+    /* what every request reads of the profiler, read once per profiler (Profiler keeps
+     * them from its start on): its force secret, count table and sampler's decide */
+    PyObject *profiler, *secret, *counts, *decide;
     vectorcallfunc vectorcall;
 } Dispatch;
 
@@ -941,12 +955,27 @@ dispatch_traverse(Dispatch *self, visitproc visit, void *arg)
     Py_VISIT(self->sampled);
     Py_VISIT(self->route_of);
     Py_VISIT(self->middleware);
+    Py_VISIT(self->profiler);
+    Py_VISIT(self->secret);
+    Py_VISIT(self->counts);
+    Py_VISIT(self->decide);
     return 0;
+}
+
+/* forgets the profiler read last (one that stopped is not kept alive) */
+static void
+dispatch_forget(Dispatch *self)
+{
+    Py_CLEAR(self->profiler);
+    Py_CLEAR(self->secret);
+    Py_CLEAR(self->counts);
+    Py_CLEAR(self->decide);
 }
 
 static int
 dispatch_clear(Dispatch *self)
 {
+    dispatch_forget(self);
     Py_CLEAR(self->app);
     Py_CLEAR(self->runtime);
     Py_CLEAR(self->fallback);
@@ -1013,41 +1042,63 @@ profiler_attr(PyObject *profiler, PyObject *name)
     return value;
 }
 
+/* 0 when `profiler` is the one whose secret, count table and decide the dispatch holds
+ * (read now if it was not), -1 when they cannot be read or are not what it serves: no
+ * error set, the fallback then reads them as Python does */
+static int
+dispatch_read(Dispatch *self, PyObject *profiler)
+{
+    PyObject *secret, *counts, *decide;
+    if (profiler == self->profiler)
+        return 0;
+    dispatch_forget(self);
+    Py_INCREF(profiler); /* reading its attributes may run Python that swaps it */
+    secret = profiler_attr(profiler, FORCE_SECRET_NAME);
+    counts = profiler_attr(profiler, COUNTS_NAME);
+    decide = profiler_attr(profiler, DECIDE_NAME);
+    if (secret == NULL || counts == NULL || decide == NULL ||
+        Py_TYPE(counts) != &CountTableType) {
+        Py_XDECREF(secret);
+        Py_XDECREF(counts);
+        Py_XDECREF(decide);
+        Py_DECREF(profiler);
+        return -1;
+    }
+    self->profiler = profiler;
+    self->secret = secret;
+    self->counts = counts;
+    self->decide = decide;
+    return 0;
+}
+
 static PyObject *
 dispatch_call(Dispatch *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *scope, *kind, *path, *method, *profiler, *secret, *counts = NULL, *decide = NULL,
-        *decision, *counted, *result = NULL;
+    PyObject *scope, *kind, *path, *method, *profiler, *counts, *decide, *decision, *counted,
+        *result = NULL;
     int sampled;
     if (PyVectorcall_NARGS(nargsf) != 3 || kwnames != NULL)
         goto fallback;
     scope = args[0];
     profiler = PyDict_GetItemWithError(self->runtime, STARTED_KEY);
-    if (profiler == NULL || profiler == Py_None || !PyDict_CheckExact(scope))
+    if (profiler == NULL || profiler == Py_None) {
+        dispatch_forget(self);
+        goto fallback;
+    }
+    if (!PyDict_CheckExact(scope))
         goto fallback;
     kind = PyDict_GetItemWithError(scope, TYPE_KEY);
-    if (kind == NULL || !PyUnicode_CheckExact(kind) || PyUnicode_Compare(kind, HTTP) != 0)
+    if (kind == NULL || !PyUnicode_CheckExact(kind) || !equal_text(kind, HTTP))
         goto fallback;
     path = scope_text(scope, PATH_KEY);
     method = scope_text(scope, METHOD_KEY);
-    if (path == NULL || method == NULL)
+    if (path == NULL || method == NULL || dispatch_read(self, profiler) < 0 ||
+        self->secret != Py_None)
         goto fallback;
-    Py_INCREF(profiler); /* the sampler's call may run Python that swaps it */
-    secret = profiler_attr(profiler, FORCE_SECRET_NAME);
-    if (secret != Py_None) {
-        Py_XDECREF(secret);
-        Py_DECREF(profiler);
-        goto fallback;
-    }
-    Py_DECREF(secret);
-    counts = profiler_attr(profiler, COUNTS_NAME);
-    decide = profiler_attr(profiler, DECIDE_NAME);
-    if (counts == NULL || decide == NULL || Py_TYPE(counts) != &CountTableType) {
-        Py_XDECREF(counts);
-        Py_XDECREF(decide);
-        Py_DECREF(profiler);
-        goto fallback;
-    }
+    /* held for the call: the sampler's may run Python that swaps the profiler */
+    profiler = Py_NewRef(self->profiler);
+    counts = Py_NewRef(self->counts);
+    decide = Py_NewRef(self->decide);
     Py_INCREF(path);
     Py_INCREF(method);
     decision = PyObject_CallOneArg(decide, path);
@@ -1073,7 +1124,8 @@ dispatch_call(Dispatch *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_DECREF(profiler);
     return result;
 fallback:
-    PyErr_Clear();
+    if (PyErr_Occurred())
+        PyErr_Clear();
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 

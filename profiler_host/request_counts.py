@@ -199,8 +199,8 @@ class Counted:
                         route = self._route_of(self._environ)
                         if route is not None:
                             self._route = route
-        elif len(args) == 1 and isinstance(args[0], dict):
-            with suppress(Exception):
+        elif self._status is None and len(args) == 1 and isinstance(args[0], dict):
+            with suppress(Exception):  # until the response starts, which fixes its status
                 kind = args[0].get("type")
                 if kind == "http.response.start":
                     self._status = args[0].get("status", 0)

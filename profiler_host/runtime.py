@@ -61,7 +61,9 @@ class Profiler:
             running=lambda: list(hooks.ACTIVE),
         )
         # what every request pays, in C where it is built: the middlewares call these
-        # straight (`decide` before `open`; `counts.counted` for a request not sampled)
+        # straight (`decide` before `open`; `counts.counted` for a request not sampled).
+        # They and `force_secret` stay as set here once requests flow: the ASGI C dispatch
+        # reads the three once per profiler
         self.decide = self.sampler.decide
         self.counts = self.transport.counts
         self._ids = itertools.count(1)

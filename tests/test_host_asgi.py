@@ -230,3 +230,31 @@ def test_the_c_dispatch_does_what_the_python_one_does(
         assert seen["http, the sampler takes it"]["c"][4] == [
             (True, None, "/sampled", "GET", False)
         ]
+
+
+@pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
+def test_the_c_dispatch_follows_the_started_profiler(
+    profiler: Profiler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C dispatch reads a profiler's secret, counts and sampler once, as it first sees
+    it: a profiler started after another is read afresh, and none started is the
+    fallback's (the app awaited plainly, nothing counted)."""
+    dispatch = ProfilerMiddleware(app).dispatch
+    assert _through(dispatch, profiler, http("/first"), False)[2] == [("/first", "GET", 2, 1)]
+    second = Profiler(
+        HostSettings.load({"server": "127.0.0.1:9", "sample_rate": 0.0, "code_cache": "off"})
+    )
+    asked: list[str] = []
+    monkeypatch.setattr(second, "decide", lambda path: asked.append(path) or False)
+    monkeypatch.setattr(runtime, "STARTED", second)
+    try:
+        assert _through(dispatch, second, http("/second"), False)[2] == [("/second", "GET", 2, 1)]
+        assert asked == ["/second"] and rows(profiler) == []
+        monkeypatch.setattr(runtime, "STARTED", None)
+        assert _through(dispatch, second, http("/none"), False)[:2] == (
+            "coroutine",
+            ("returned", ["http.response.start", "http.response.body"]),
+        )
+        assert rows(second) == []
+    finally:
+        second.transport.stop(0)

@@ -262,6 +262,7 @@ def test_a_counted_asgi_request_passes_send_through_and_keeps_the_status(twin: s
     http = counts.counted(send, "/raw/1", "GET")
     http({"type": "http.response.start", "status": 418})
     http({"type": "http.response.body", "body": b""})
+    http({"type": "http.response.start", "status": 500})  # after the start: its status stands
     http("not a message")
     http.end("/raw/{id}")
     started_then_failed = counts.counted(send, "/late", "GET")
@@ -270,7 +271,7 @@ def test_a_counted_asgi_request_passes_send_through_and_keeps_the_status(twin: s
     started_then_failed.end()
     silent = counts.counted(send, "/silent", "GET")
     silent.end()
-    assert len(sent) == 5
+    assert len(sent) == 6
     rows = {(r[0], r[1], r[2]): r[3] for r in counts.take()}
     assert rows == {
         ("/ws", "WEBSOCKET", 1): 1,
