@@ -919,11 +919,12 @@ static PyTypeObject AwaitingType = {
  * `Dispatch(app, runtime, fallback, sampled, route_of, middleware)` is what
  * `asgi.ProfilerMiddleware.dispatch` is when this module is built: called as
  * `dispatch(scope, receive, send)` for each connection. The common case, an http request
- * of a dict scope with a path and a method, no force secret set and the sampler saying
- * no, returns `counts.counted(send, path, method).run(app, scope, receive, route_of)`
- * without a Python frame; a request the sampler takes goes to
+ * of a dict scope with a path and a method, no force header among its headers (when a
+ * force secret is set) and the sampler saying no, returns
+ * `counts.counted(send, path, method).run(app, scope, receive, route_of)` without a
+ * Python frame; a request the sampler takes goes to
  * `sampled(profiler, scope, receive, send, path, method, False)`; anything else (no
- * profiler started, lifespan, websocket, a force secret, a scope of another shape) to
+ * profiler started, lifespan, websocket, a force header, a scope of another shape) to
  * `fallback(scope, receive, send)`, the Python dispatch it is the twin of (tests compare
  * the two). The profiler is `runtime["STARTED"]`, read per call as Python reads it; its
  * `force_secret`, `counts` and `decide` are read when it is first seen. */
@@ -943,7 +944,8 @@ typedef struct {
 } Dispatch;
 
 static PyObject *STARTED_KEY, *PATH_KEY, *METHOD_KEY, *HTTP, *FORCE_SECRET_NAME, *DECIDE_NAME,
-    *COUNTS_NAME;
+    *COUNTS_NAME, *HEADERS_KEY;
+static const char FORCE_HEADER[] = "x-profiler-force"; /* asgi.FORCE_HEADER */
 static PyTypeObject CountTableType;
 
 static int
@@ -1042,6 +1044,46 @@ profiler_attr(PyObject *profiler, PyObject *name)
     return value;
 }
 
+/* 0 when the scope's headers are a list or tuple of (bytes, value) pairs none of which is
+ * the force header (whatever its letters' case, as `asgi._header` lowers them), else -1:
+ * the header is there, or headers of another shape, which the fallback reads as Python
+ * does (no error set) */
+static int
+no_force_header(PyObject *scope)
+{
+    PyObject *headers = PyDict_GetItemWithError(scope, HEADERS_KEY), *pair, *key;
+    Py_ssize_t size, i, j;
+    const Py_ssize_t length = (Py_ssize_t)sizeof(FORCE_HEADER) - 1;
+    if (headers == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (PyList_CheckExact(headers))
+        size = PyList_GET_SIZE(headers);
+    else if (PyTuple_CheckExact(headers))
+        size = PyTuple_GET_SIZE(headers);
+    else
+        return headers == Py_None ? 0 : -1;
+    for (i = 0; i < size; i++) {
+        /* a list's items are read under the GIL, with no Python code run between */
+        pair = PyList_CheckExact(headers) ? PyList_GET_ITEM(headers, i)
+                                          : PyTuple_GET_ITEM(headers, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2)
+            return -1;
+        key = PyTuple_GET_ITEM(pair, 0);
+        if (!PyBytes_CheckExact(key))
+            return -1;
+        if (PyBytes_GET_SIZE(key) != length)
+            continue;
+        for (j = 0; j < length; j++) {
+            char c = PyBytes_AS_STRING(key)[j];
+            if ((c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c) != FORCE_HEADER[j])
+                break;
+        }
+        if (j == length)
+            return -1;
+    }
+    return 0;
+}
+
 /* 0 when `profiler` is the one whose secret, count table and decide the dispatch holds
  * (read now if it was not), -1 when they cannot be read or are not what it serves: no
  * error set, the fallback then reads them as Python does */
@@ -1093,7 +1135,7 @@ dispatch_call(Dispatch *self, PyObject *const *args, size_t nargsf, PyObject *kw
     path = scope_text(scope, PATH_KEY);
     method = scope_text(scope, METHOD_KEY);
     if (path == NULL || method == NULL || dispatch_read(self, profiler) < 0 ||
-        self->secret != Py_None)
+        (self->secret != Py_None && no_force_header(scope) < 0))
         goto fallback;
     /* held for the call: the sampler's may run Python that swaps the profiler */
     profiler = Py_NewRef(self->profiler);
@@ -1451,10 +1493,11 @@ PyInit__counts(void)
     ROUTER_NAME = PyUnicode_InternFromString("router");
     APP_ROOT_PATH = PyUnicode_InternFromString("app_root_path");
     FASTAPI_NAME = PyUnicode_InternFromString("fastapi");
+    HEADERS_KEY = PyUnicode_InternFromString("headers");
     if (!THROW_NAME || !CLOSE_NAME || !HTTP_RESPONSE_START || !WEBSOCKET_ACCEPT || !TYPE_KEY ||
         !STATUS_KEY || !ZERO || !SWITCHING || !INTERNAL_ERROR || !STARTED_KEY || !PATH_KEY ||
         !METHOD_KEY || !HTTP || !FORCE_SECRET_NAME || !DECIDE_NAME || !COUNTS_NAME ||
-        !ROUTE_NAME || !ROUTER_NAME || !APP_ROOT_PATH || !FASTAPI_NAME)
+        !ROUTE_NAME || !ROUTER_NAME || !APP_ROOT_PATH || !FASTAPI_NAME || !HEADERS_KEY)
         return NULL;
     module = PyModule_Create(&module_def);
     if (module == NULL)

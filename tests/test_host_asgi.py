@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -137,6 +138,15 @@ SCOPES: dict[str, Any] = {
     "no method": {"type": "http", "path": "/m", "headers": []},
     "empty method": {"type": "http", "path": "/m", "method": "", "headers": []},
     "the sampler fails": http("/decide-fails"),
+    "forced": {**http("/f"), "headers": [(b"host", b"h"), (b"x-profiler-force", b"s3cret")]},
+    "forced, the name in capitals": {**http("/f"), "headers": [(b"X-Profiler-Force", b"s3cret")]},
+    "the wrong secret": {**http("/f"), "headers": [(b"x-profiler-force", b"wrong")]},
+    "a name one letter off": {**http("/f"), "headers": [(b"x-profiler-forcd", b"s3cret")]},
+    "headers a tuple": {**http("/f"), "headers": ((b"x-profiler-force", b"s3cret"),)},
+    "a str name": {**http("/f"), "headers": [("x-profiler-force", "s3cret")]},
+    "a header not a pair": {**http("/f"), "headers": [(b"host",)]},
+    "headers none": {**http("/f"), "headers": None},
+    "no headers": {"type": "http", "path": "/f", "method": "GET"},
 }
 
 
@@ -184,6 +194,7 @@ def test_the_c_dispatch_does_what_the_python_one_does(
     middleware = ProfilerMiddleware(app)
     assert type(middleware.dispatch) is _counts.Dispatch
     monkeypatch.setattr(profiler, "force_secret", secret)
+    monkeypatch.setattr(profiler, "settings", replace(profiler.settings, force_secret=secret or ""))
     if not started:
         monkeypatch.setattr(runtime, "STARTED", None)
     asked: list[str] = []
@@ -201,20 +212,26 @@ def test_the_c_dispatch_does_what_the_python_one_does(
 
     monkeypatch.setattr(profiler, "decide", decide)
     monkeypatch.setattr(middleware, "sampled", sampled)
+    fell: list[str] = []
+
+    def fallback(scope: Any, *args: Any, **kwargs: Any) -> Any:
+        fell.append(scope.get("path"))
+        return middleware.python_dispatch(scope, *args, **kwargs)
+
     twins = {
-        "c": _counts.Dispatch(
-            app, vars(runtime), middleware.python_dispatch, sampled, asgi_route, middleware
-        ),
+        "c": _counts.Dispatch(app, vars(runtime), fallback, sampled, asgi_route, middleware),
         "python": middleware.python_dispatch,
     }
     cases = {name: (scope, False) for name, scope in SCOPES.items()}
     cases["a dict subclass"] = (_Scope(http("/sub")), False)
     cases["keywords"] = (http("/kw"), True)
     seen: dict[str, dict[str, tuple]] = {}
+    fell_back: dict[str, bool] = {}
     for twin, dispatch in twins.items():
         for name, (scope, kwargs) in cases.items():
             asked.clear()
             taken.clear()
+            fell.clear()
             seen.setdefault(name, {})[twin] = (
                 *_through(
                     dispatch, profiler, dict(scope) if type(scope) is dict else scope, kwargs
@@ -222,14 +239,27 @@ def test_the_c_dispatch_does_what_the_python_one_does(
                 list(asked),
                 list(taken),
             )
+            if twin == "c":
+                fell_back[name] = bool(fell)
     for name, outcomes in seen.items():
         assert outcomes["c"] == outcomes["python"], name
     kinds = {name: outcomes["c"][0] for name, outcomes in seen.items()}
-    if started and secret is None:  # the C path was taken where it can be, and it differs
+    if started:  # the C path was taken where it can be, and it differs
         assert kinds["http"] == "Awaiting" and kinds["lifespan"] == "coroutine"
         assert seen["http, the sampler takes it"]["c"][4] == [
             (True, None, "/sampled", "GET", False)
         ]
+        # with a secret, headers without the force header stay in C; the header itself, or
+        # headers of a shape C does not read, go to Python
+        in_python = {name for name, fell in fell_back.items() if fell}
+        assert {"websocket", "lifespan", "no path", "keywords"} <= in_python
+        assert not {"http", "no headers", "headers none", "a name one letter off"} & in_python
+        headed = {"forced", "forced, the name in capitals", "the wrong secret", "a str name"}
+        assert (headed <= in_python) == (secret is not None)
+        if secret is not None:
+            assert seen["forced"]["c"][4] == [(True, None, "/f", "GET", True)]
+            assert seen["forced, the name in capitals"]["c"][4] == [(True, None, "/f", "GET", True)]
+            assert seen["the wrong secret"]["c"][3] == ["/f"]  # asked the sampler
 
 
 @pytest.mark.skipif(_counts is None, reason="the C table is not built or not wanted")
