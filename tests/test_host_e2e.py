@@ -15,7 +15,15 @@ import httpx
 import pytest
 
 from tests.helpers import eventually, sessions, stored_requests
-from tests.processes import GUNICORN, ServerProcess, free_port, host, serve_profiled, sqlite_server
+from tests.processes import (
+    GUNICORN,
+    UVICORN,
+    ServerProcess,
+    free_port,
+    host,
+    serve_profiled,
+    sqlite_server,
+)
 
 
 @pytest.fixture
@@ -297,12 +305,16 @@ def test_a_process_that_streams_forks_children_that_stream_too(
     assert len(sessions(requests)) >= 1 + FORKS_WHILE_STREAMING  # each pool's workers
 
 
-def test_forced_requests_and_the_event_cap(server: ServerProcess, tmp_path: Path):
-    command = [*GUNICORN, "profiling_target.wsgi:app"]
+@pytest.mark.parametrize("command", [[*GUNICORN, "profiling_target.wsgi:app"], UVICORN])
+def test_forced_requests_and_the_event_cap(
+    server: ServerProcess, tmp_path: Path, command: list[str]
+):
+    """WSGI under gunicorn, and ASGI under uvicorn, where the C dispatch reads the header
+    names (uvicorn hands them over lowercased) and keeps the others on its own path."""
     wrapped = ["--sample-rate", "0", "--force-secret", "s3cret", "--max-request-events", "100"]
     app = serve_profiled(server, tmp_path, "forced", *command, options=wrapped)
     try:
-        for header in ({}, {"X-Profiler-Force": "wrong"}):
+        for header in ({}, {"X-Profiler-Force": "wrong"}, {"X-Profiler-Forcd": "s3cret"}):
             assert httpx.get(f"{app.url}/products/1", headers=header, timeout=30).is_success
         forced = {"X-Profiler-Force": "s3cret"}
         assert httpx.get(f"{app.url}/report", headers=forced, timeout=30).is_success
