@@ -1093,8 +1093,10 @@ dispatch_read(Dispatch *self, PyObject *profiler)
     PyObject *secret, *counts, *decide;
     if (profiler == self->profiler)
         return 0;
+    /* held first: letting the last one go, or reading attributes, may run Python that
+     * swaps it */
+    Py_INCREF(profiler);
     dispatch_forget(self);
-    Py_INCREF(profiler); /* reading its attributes may run Python that swaps it */
     secret = profiler_attr(profiler, FORCE_SECRET_NAME);
     counts = profiler_attr(profiler, COUNTS_NAME);
     decide = profiler_attr(profiler, DECIDE_NAME);
@@ -1127,14 +1129,15 @@ dispatch_call(Dispatch *self, PyObject *const *args, size_t nargsf, PyObject *kw
         dispatch_forget(self);
         goto fallback;
     }
-    if (!PyDict_CheckExact(scope))
+    /* what may run Python comes before the scope's borrowed values are taken */
+    if (dispatch_read(self, profiler) < 0 || !PyDict_CheckExact(scope))
         goto fallback;
     kind = PyDict_GetItemWithError(scope, TYPE_KEY);
     if (kind == NULL || !PyUnicode_CheckExact(kind) || !equal_text(kind, HTTP))
         goto fallback;
     path = scope_text(scope, PATH_KEY);
     method = scope_text(scope, METHOD_KEY);
-    if (path == NULL || method == NULL || dispatch_read(self, profiler) < 0 ||
+    if (path == NULL || method == NULL ||
         (self->secret != Py_None && no_force_header(scope) < 0))
         goto fallback;
     /* held for the call: the sampler's may run Python that swaps the profiler */
