@@ -69,9 +69,9 @@ def run_on(python: str, args: list[str], timeout: float = 3600) -> dict:
 
 
 def _per_call(python: str, mode: str, calls: int) -> float:
-    """Instructions a call in `mode` costs (callgrind, N and 2N calls)."""
-    counted = [python, "-m", "benchmarks.call_instructions", mode]
-    return callgrind.per_unit([*counted, str(calls)], calls, [*counted, str(2 * calls)])
+    """Instructions a call in `mode` costs (callgrind: the calls' phase)."""
+    counted = [python, "-m", "benchmarks.call_instructions", mode, str(calls)]
+    return callgrind.phases(counted, 2)[1] / calls
 
 
 def instructions_per_call(python: str, calls: int) -> dict[str, float]:

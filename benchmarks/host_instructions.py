@@ -5,23 +5,22 @@ seconds, so two windows of the same unprofiled worker differ by ±15% and a cost
 cannot be told from free. Here each setup's app server (the gunicorn sync worker or the
 uvicorn process of `host_app`) runs under valgrind's callgrind, which counts the
 instructions every thread of the worker executes: the same count for the same work,
-whatever else the machine does (so two lives run side by side, one per core).
+whatever else the machine does (so two workers run side by side, one per core).
 
-Each setup lives three times, identically up to the end of a warm-up of `warmup` requests
-of the route mix (sent one at a time); then the short life stops, the long one serves
-`requests` more back to back first, and the sparse one serves one request every
-`SPARSE_GAP` seconds for `sparse` seconds first (`SPARSE`). Callgrind writes the worker's
-total when it exits. Long minus short is what the requests cost, with start-up, warm-up
-and exit cancelled out, plus what the worker's timers cost meanwhile (uvicorn ticks every
-0.1 s, gunicorn's worker wakes every second, the host's stream threads poll while its
-stream is open; under callgrind a request takes ~50x longer, so timers would weigh ~50x
-their real share). The sparse life serves far fewer requests a second than the long one,
-with the worker's timers in the same state (the host reports its counts every 5 s, so its
-stream stays open in both, as it does under load; a life that only idled would see it
-close), so the two lives together give both the cost per request and the timers' rate per
-second (`_separated`), and the timers' share is taken off. An A/A setup (no profiler,
-measured the same way) shows how exact this is. The host's
-setups run with `--code-cache off` (all lives rewrite the same code at start-up) and
+Each setup's worker lives once: a warm-up of `warmup` requests of the route mix (sent one
+at a time), not counted, then two counted phases (`callgrind.Phases`, so start-up and
+warm-up blur nothing): the long one serves `requests` back to back, the sparse one one
+request every `SPARSE_GAP` seconds for `sparse` seconds (`SPARSE`). Each phase counts what
+its requests cost plus what the worker's timers cost meanwhile (uvicorn ticks every 0.1 s,
+gunicorn's worker wakes every second, the host's stream threads poll while its stream is
+open; under callgrind a request takes ~50x longer, so timers would weigh ~50x their real
+share). The sparse phase serves far fewer requests a second than the long one, with the
+worker's timers in the same state (the host reports its counts every 5 s, so its stream
+stays open in both, as it does under load; a phase that only idled would see it close),
+so the two together give both the cost per request and the timers' rate per second
+(`_separated`), and the timers' share is taken off. An A/A setup (no profiler, measured
+the same way) shows how exact this is. The host's
+setups run with `--code-cache off` (every worker rewrites the same code at start-up) and
 `--flush-interval 10s` (a batch then holds about as many requests as 0.2 s does at full
 speed).
 
@@ -44,11 +43,9 @@ recorded request (`all`).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -58,16 +55,16 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks import host_app, overhead, results
+from benchmarks import callgrind, host_app, overhead, results
 from benchmarks.host_app import App, Launch, service
 from benchmarks.overhead import NONE, Setup
 from benchmarks.server import CLIENT_CORE, SERVER_CORE, ServerProcess
 
 UNSAMPLED = "host, default decision, not sampled"
 DEFAULT_COMPOSED = "host, default (10/s), composed"
-# both lives rewrite the same code at start-up; batches hold as many requests as at full
+# every worker rewrites the same code at start-up; batches hold as many requests as at full
 # speed, where 0.2 s holds ~80 (callgrind slows the worker ~50x)
-FLUSH = 10  # s, the host's flush interval in these lives
+FLUSH = 10  # s, the host's flush interval in these workers
 HOST = ("--code-cache", "off", "--flush-interval", f"{FLUSH}s")
 SETUPS = [
     Setup("none", NONE),
@@ -85,12 +82,12 @@ SETUPS = [
     Setup("cprofile-threads", "cProfile, every thread", peer="cprofile-threads"),
     Setup("yappi", "yappi", peer="yappi"),
 ]
-CORES = (SERVER_CORE, CLIENT_CORE)  # one life on each, side by side
+CORES = (SERVER_CORE, CLIENT_CORE)  # one worker on each, side by side
 REQUEST_TIMEOUT = 300.0  # s; a first request under callgrind imports and compiles a lot
-SHIP_TIMEOUT = 300.0  # s for the host to ship and the server to store what a life recorded
-QUIET = 2.0  # s the server's stored count must stay unchanged before the life ends
+SHIP_TIMEOUT = 300.0  # s for the host to ship and the server to store what a phase recorded
+QUIET = 2.0  # s the server's stored count must stay unchanged before a phase ends
 # (a host setup's: a flush interval more, so no batch is still on its way)
-SPARSE = 30.0  # s the sparse life serves after its warm-up, by default
+SPARSE = 30.0  # s the sparse phase serves, by default
 SPARSE_GAP = 3.0  # s between its requests: under the host's 5-s count reports
 DEFAULT_SETUPS = "aa,off,unsampled,all"  # with none; the peers on request (--setups)
 RATE_WINDOWS = 3  # wrk windows of the plain worker, for the sampled share
@@ -101,7 +98,7 @@ def _callgrind(out: Path, core: int) -> Launch:
         core=core,
         wrapper=(
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p",
-            "--dump-instr=no", "--dump-line=no", "--vgdb=no",
+            "--dump-instr=no", "--dump-line=no", "--vgdb=no", callgrind.DUMP_AT,
         ),
         start_timeout=900.0,
         stop_timeout=600.0,
@@ -147,57 +144,38 @@ def _settle(profiler: ServerProcess, setup: Setup, at_least: float) -> float:
     raise RuntimeError(f"{setup.name}: {last} requests stored, expected {at_least}")
 
 
-def _instructions(out: Path, pid: int) -> int:
-    """The total callgrind wrote for process `pid` when it exited."""
-    for line in (out / f"cg.{pid}").read_text(errors="replace").splitlines():
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"callgrind wrote no total for {pid} in {out}")
-
-
 _COLLECTOR = re.compile(r"^\s*([\d,]+) \(.*?\)\s+\S*:gc_collect_main\b")
 
 
-def _collector_instructions(out: Path, pid: int) -> int:
-    """What the cyclic garbage collector cost process `pid`, all it ran included (the
+def _collector_instructions(counts: Path) -> int:
+    """What the cyclic garbage collector cost in a phase, all it ran included (the
     inclusive cost of CPython's gc_collect_main, whose inlined parts callgrind lists
     under their own source files)."""
     return sum(
         int(match.group(1).replace(",", ""))
-        for match in map(_COLLECTOR.match, _annotated(out, pid, "--inclusive=yes"))
+        for match in map(_COLLECTOR.match, callgrind.annotated(counts, "--inclusive=yes"))
         if match
     )
-
-
-def _annotated(out: Path, pid: int, option: str) -> list[str]:
-    """callgrind_annotate's lines for process `pid`, every function listed."""
-    return subprocess.run(
-        ["callgrind_annotate", option, "--threshold=100", str(out / f"cg.{pid}")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout.splitlines()
 
 
 _FUNCTION = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+(\S.*?)(?: \[.*\])?$")
 
 
-def _by_function(out: Path, pid: int) -> Counter:
-    """Instructions of process `pid` per function, its own (file:function, directories
+def _by_function(counts: Path) -> Counter:
+    """A phase's instructions per function, its own (file:function, directories
     dropped)."""
-    counts: Counter = Counter()
-    for match in map(_FUNCTION.match, _annotated(out, pid, "--auto=no")):
+    functions: Counter = Counter()
+    for match in map(_FUNCTION.match, callgrind.annotated(counts, "--auto=no")):
         if match and ":" in match.group(2):
-            counts[match.group(2).rsplit("/", 1)[-1]] += int(match.group(1).replace(",", ""))
-    return counts
+            functions[match.group(2).rsplit("/", 1)[-1]] += int(match.group(1).replace(",", ""))
+    return functions
 
 
 def _recorded_at_warmup(app: App, setup: Setup, warmup: int) -> int:
     """Requests the setup records up to the end of its warm-up, ready check included: all
     of them (`all`), or the first of each route (`unsampled`: a route never seen before is
-    sampled). A life waits for them to be stored before it goes on, so that shipping them
-    (the flush interval is 10 s) falls in no life's measured part."""
+    sampled). A worker waits for them to be stored before its phases, so that shipping
+    them (the flush interval is 10 s) falls in neither."""
     if setup.key == "all":
         return warmup + 1
     if setup.key == "unsampled":
@@ -206,9 +184,9 @@ def _recorded_at_warmup(app: App, setup: Setup, warmup: int) -> int:
 
 
 @dataclass(frozen=True)
-class Life:
-    """What one life of a worker does after its warm-up: serve `requests` more requests,
-    back to back or spread over `seconds`."""
+class Phase:
+    """A counted part of a worker's life: `requests` requests, back to back or spread over
+    `seconds`."""
 
     name: str
     requests: int
@@ -218,21 +196,20 @@ class Life:
 def life(
     app: App,
     setup: Setup,
-    plan: Life,
+    phases: tuple[Phase, ...],
     warmup: int,
     profiler: ServerProcess,
     where: tuple[Path, Path | None, int],
-) -> dict:
-    """One life of the worker under callgrind (`where`: scratch directory, shop database,
-    core): its instructions, and the wall seconds from the end of its warm-up to its stop."""
+) -> dict[str, dict]:
+    """One worker of the setup under callgrind (`where`: scratch directory, shop database,
+    core), warmed up, then each phase counted: its instructions, and its wall seconds."""
     tmp, shop, core = where
-    one_life = dataclasses.replace(setup, name=f"{setup.name} ({plan.name})")  # own service
-    out = tmp / f"callgrind-{setup.key}-{plan.name}"
+    out = tmp / f"callgrind-{setup.key}"
     out.mkdir()
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every life
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every worker
     process = host_app.start_app(
         app,
-        one_life,
+        setup,
         profiler.target,
         env,
         tmp,
@@ -240,25 +217,33 @@ def life(
         _callgrind(out, core),
         lambda served: send(app, served.port, warmup),
     )
+    counted = callgrind.Phases(out / f"cg.{process.worker}", process.worker)
+    figures = {}
     try:
-        recorded = _settle(profiler, one_life, _recorded_at_warmup(app, setup, warmup))
-        warm = time.monotonic()
-        send(app, process.port, plan.requests, plan.seconds)
-        if setup.host is not None:
-            expected = recorded + plan.requests if setup.key == "all" else recorded
-            recorded = _settle(profiler, one_life, expected) - recorded
-        wall = time.monotonic() - warm
+        recorded = _settle(profiler, setup, _recorded_at_warmup(app, setup, warmup))
+        counted.end()  # start-up and warm-up
+        began = time.monotonic()
+        for phase in phases:
+            send(app, process.port, phase.requests, phase.seconds)
+            stored = recorded
+            if setup.host is not None:
+                expected = recorded + phase.requests if setup.key == "all" else recorded
+                stored = _settle(profiler, setup, expected)
+            counts = counted.end()
+            ended = time.monotonic()
+            figures[phase.name] = {
+                "instructions": callgrind.summary(counts),
+                "collector_instructions": _collector_instructions(counts),
+                "wall_seconds": round(ended - began, 2),
+                "served": phase.requests,
+                "recorded": stored - recorded,
+                "functions": _by_function(counts),
+            }
+            recorded, began = stored, ended
+            print(f"  {setup.name}, {phase.name}: {figures[phase.name]['instructions']:,}")
     finally:
         process.stop()
-    figure = {
-        "instructions": _instructions(out, process.worker),
-        "collector_instructions": _collector_instructions(out, process.worker),
-        "wall_after_warmup": round(wall, 2),
-        "served_after_warmup": plan.requests,
-        "recorded_after_warmup": recorded,
-    }
-    print(f"  {setup.name}, {plan.name}: {figure}")
-    return {**figure, "functions": _by_function(out, process.worker)}
+    return figures
 
 
 def _full_speed_rate(app: App, profiler: ServerProcess, tmp: Path, shop: Path | None) -> float:
@@ -273,47 +258,41 @@ def _full_speed_rate(app: App, profiler: ServerProcess, tmp: Path, shop: Path | 
         plain.stop()
 
 
-def _lives(requests: int, sparse: float) -> tuple[Life, Life, Life]:
-    return (
-        Life("short", 0, 0.0),
-        Life("long", requests, 0.0),
-        Life("sparse", int(sparse // SPARSE_GAP), sparse),
-    )
+def _phases(requests: int, sparse: float) -> tuple[Phase, Phase]:
+    return Phase("long", requests, 0.0), Phase("sparse", int(sparse // SPARSE_GAP), sparse)
 
 
-def _separated(short: dict, long: dict, sparse: dict, key: str) -> tuple[float, float]:
+def _separated(long: dict, sparse: dict, key: str) -> tuple[float, float]:
     """`key` per request, and per second of the worker's timers, from the long and sparse
-    lives less the short one: each is `served` x per request + wall seconds x rate, two
-    equations in two unknowns. Timers tick while a worker serves (uvicorn's 0.1 s tick,
-    gunicorn's heartbeat, the host's stream and flushes), and under callgrind a request
-    takes ~50x longer, so without this a slower setup would be charged ~50x its timers'
-    real share. With no request in the sparse life this is its idle rate, taken off the
-    long life's extra wall time."""
-    wall = "wall_after_warmup"
-    more_long, more_sparse = long[key] - short[key], sparse[key] - short[key]
-    wall_long, wall_sparse = long[wall] - short[wall], sparse[wall] - short[wall]
-    served_long, served_sparse = long["served_after_warmup"], sparse["served_after_warmup"]
-    per_request = (more_long * wall_sparse - more_sparse * wall_long) / (
+    phases: each is `served` x per request + wall seconds x rate, two equations in two
+    unknowns. Timers tick while a worker serves (uvicorn's 0.1 s tick, gunicorn's
+    heartbeat, the host's stream and flushes), and under callgrind a request takes ~50x
+    longer, so without this a slower setup would be charged ~50x its timers' real share.
+    With no request in the sparse phase this is its idle rate, taken off the long phase's
+    wall time."""
+    wall_long, wall_sparse = long["wall_seconds"], sparse["wall_seconds"]
+    served_long, served_sparse = long["served"], sparse["served"]
+    per_request = (long[key] * wall_sparse - sparse[key] * wall_long) / (
         served_long * wall_sparse - served_sparse * wall_long
     )
-    return per_request, (more_sparse - served_sparse * per_request) / wall_sparse
+    return per_request, (sparse[key] - served_sparse * per_request) / wall_sparse
 
 
-def _per_request(lives: dict, setup: Setup, requests: int, sparse: float) -> dict:
+def _per_request(phases: dict[str, dict], requests: int) -> dict:
     """Instructions per request, with and without the cyclic collector's. The collector
     is lumpy: a full collection walks every tracked object (~40,000 in these workers,
     ~15M instructions), so one more or one fewer in a life moves its figure by ~0.5% at
     200 requests; its own column shows it."""
-    short, long, sparse_life = (lives[setup.key, one.name] for one in _lives(requests, sparse))
-    per_request, rate = _separated(short, long, sparse_life, "instructions")
-    collector, _ = _separated(short, long, sparse_life, "collector_instructions")
+    long, sparse = phases["long"], phases["sparse"]
+    per_request, rate = _separated(long, sparse, "instructions")
+    collector, _ = _separated(long, sparse, "collector_instructions")
     return {
         "per_request": per_request,
         "collector_per_request": collector,
         "outside_collector_per_request": per_request - collector,
         "timers_per_second": rate,
-        "recorded_per_request": long["recorded_after_warmup"] / requests,
-        "lives": {"short": short, "long": long, "sparse": sparse_life},
+        "recorded_per_request": long["recorded"] / requests,
+        "phases": phases,
     }
 
 
@@ -321,24 +300,17 @@ BY_FUNCTION_TOP = 15  # functions listed per setup
 
 
 def _where_it_goes(
-    functions: dict[tuple[str, str], Counter], setups: list[Setup], requests: int
+    functions: dict[str, Counter], setups: list[Setup], requests: int
 ) -> dict[str, list[tuple[str, float]]]:
     """Per setup but none, the functions whose own instructions per request differ most
-    from none's: each life's long minus short, as the totals are (timers' share not taken
-    off: it is spread over the interpreter's functions)."""
-
-    def per_request(key: str) -> Counter:
-        served = Counter(functions[key, "long"])
-        served.subtract(functions[key, "short"])
-        return served
-
-    none = per_request("none")
+    from none's in the long phase (timers' share not taken off: it is spread over the
+    interpreter's functions)."""
     out = {}
     for setup in setups:
         if setup.key == "none":
             continue
-        more = per_request(setup.key)
-        more.subtract(none)
+        more = Counter(functions[setup.key])
+        more.subtract(functions["none"])
         top = sorted(more.items(), key=lambda item: -abs(item[1]))[:BY_FUNCTION_TOP]
         out[setup.name] = [(name, round(n / requests, 1)) for name, n in top]
     return out
@@ -355,24 +327,26 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", sparse: float 
         shop = host_app.shop_database(tmp, dict(os.environ)) if app.shop else None
         with ServerProcess(f"sqlite:///{tmp}/profiles.db", core=CLIENT_CORE) as profiler:
             rate = _full_speed_rate(app, profiler, tmp, shop) if composes else 0.0
-            plan = [(setup, one) for setup in setups for one in _lives(requests, sparse)]
-            print(f"{app.key}: {len(plan)} lives under callgrind, {len(CORES)} at a time")
+            phases = _phases(requests, sparse)
+            print(f"{app.key}: {len(setups)} workers under callgrind, {len(CORES)} at a time")
             with ThreadPoolExecutor(len(CORES)) as pool:
                 futures = {
-                    (setup.key, one.name): pool.submit(
+                    setup.key: pool.submit(
                         life,
                         app,
                         setup,
-                        one,
+                        phases,
                         warmup,
                         profiler,
                         (tmp, shop, CORES[number % len(CORES)]),
                     )
-                    for number, (setup, one) in enumerate(plan)
+                    for number, setup in enumerate(setups)
                 }
                 lives = {key: future.result() for key, future in futures.items()}
-    functions = {key: one.pop("functions") for key, one in lives.items()}
-    figures = {setup.name: _per_request(lives, setup, requests, sparse) for setup in setups}
+    functions = {key: counted["long"].pop("functions") for key, counted in lives.items()}
+    for counted in lives.values():
+        counted["sparse"].pop("functions")
+    figures = {setup.name: _per_request(lives[setup.key], requests) for setup in setups}
     if composes:
         figures[DEFAULT_COMPOSED] = {
             key: overhead.at_default_rate(

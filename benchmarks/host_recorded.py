@@ -1,8 +1,9 @@
 """What a recorded request costs the app's own threads, in one process: a real framework's
 app (Django over ASGI, whose sync view runs in a thread through asgiref; `django.*` and the
 app instrumented) driven without a server, one request in `every` forced, against the same
-process with none forced and against the app unprofiled. Instructions under callgrind (a
-process serving N requests and one serving 2N), so no other job on the machine blurs them.
+process with none forced and against the app unprofiled. Instructions under callgrind, of
+the N requests after a warm-up (`callgrind.phases`: start-up and warm-up not
+counted), so no other job on the machine blurs them.
 
 The first sampled request puts the propagation patches in. The host takes a class's
 patches out a second after they went in at the earliest (`propagation.LINGER_NS`), so at a
@@ -30,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import callgrind, results
+from benchmarks import callgrind, host_unsampled, results
 
 APPS = {
     "django": (
@@ -53,6 +54,7 @@ class Setup:
     profiled: bool
     sampled: bool = False  # one request in the run's `every` forced
     kept: bool = True  # the propagation patches kept in once they went in
+    once: bool = False  # only the warm-up's first request forced, none of those measured
     imported_first: bool = False  # the app imported before the profiler started
 
 
@@ -60,6 +62,7 @@ SETUPS = {
     "none": Setup("none", profiled=False),
     "off": Setup("nothing sampled", profiled=True),
     "kept": Setup("1 in every sampled, patches kept in", profiled=True, sampled=True),
+    "once": Setup("sampled once, patches kept in", profiled=True, sampled=True, once=True),
     "toggled": Setup(
         "1 in every sampled, patches out at each end", profiled=True, sampled=True, kept=False
     ),
@@ -89,7 +92,7 @@ def _app(app_key: str, setup: Setup) -> Any:
         server="127.0.0.1:9", service="bench", include=include, sample_rate="0",
         route_interval="1000000s", force_secret=SECRET,
     )  # fmt: skip
-    profiler.transport.start = profiler.transport.submit = lambda *args: None
+    host_unsampled.without_transport(profiler)
     logging.getLogger("profiler_host").setLevel(logging.ERROR)  # it sends nothing, by design
     propagation.LINGER_NS = 10**18 if setup.kept else 0
     return ProfilerMiddleware(imported()).dispatch
@@ -125,7 +128,8 @@ async def _serve(app: Any, path: str, requests: int, every: int, first: int) -> 
 
 
 def _child(app_key: str, setup: str, every: int, requests: int) -> None:
-    """Under callgrind: a warm-up of 5 * every requests, then `requests`. The cyclic
+    """Under callgrind: a warm-up of 5 * every requests, then `requests`, each part a
+    phase of its own (`callgrind.end_phase`). The cyclic
     collector is off: a full collection (some 15 million instructions here) falls in one of
     the two runs and not the other, tens of thousands of instructions a request of noise."""
     gc.disable()
@@ -134,8 +138,14 @@ def _child(app_key: str, setup: str, every: int, requests: int) -> None:
     path = APPS[app_key][2]
     every = every if chosen.sampled else 0
     warmup = 5 * max(every, 10)
-    asyncio.run(_serve(app, path, warmup, every, 0))
-    asyncio.run(_serve(app, path, requests, every, warmup))
+
+    async def both() -> None:  # on one loop, its start and end in neither phase
+        await _serve(app, path, warmup, warmup if chosen.once else every, 0)
+        callgrind.end_phase()
+        await _serve(app, path, requests, 0 if chosen.once else every, warmup)
+        callgrind.end_phase()
+
+    asyncio.run(both())
 
 
 def _command(app_key: str, setup: str, every: int, requests: int) -> list[str]:
@@ -152,18 +162,14 @@ def run(app_key: str, every: int, requests: int, setups: str = "") -> dict:
     subprocess.run(_command(app_key, "off", every, 1), check=True, cwd=callgrind.ROOT,
                    env={**os.environ, "PYTHONHASHSEED": "0"})  # fmt: skip
     per_request = {
-        setup: callgrind.per_unit(
-            _command(app_key, setup, every, requests),
-            requests,
-            _command(app_key, setup, every, 2 * requests),
-        )
+        setup: callgrind.phases(_command(app_key, setup, every, requests), 2)[1] / requests
         for setup in chosen
     }
     none, nothing = per_request["none"], per_request["off"]
     rows = []
     for setup, count in per_request.items():
         label, sampled = SETUPS[setup].label, SETUPS[setup].sampled
-        recorded = (count - nothing) * every if sampled else None
+        recorded = (count - nothing) * every if sampled and not SETUPS[setup].once else None
         rows.append((
             label.replace("every", str(every)), f"{count:,.0f}", f"{none / count:.4f}",
             f"{recorded:,.0f}" if recorded is not None else "-",

@@ -6,9 +6,10 @@ been sampled and has ended: a process that sampled once must be no slower than b
 
 Two measures: thread CPU time (pieces interleaved, shuffled per round, median of rounds)
 and, with `--instructions`, instructions under callgrind, which no other thread or drift
-disturbs: each piece runs in a child under callgrind twice, `n` and `2n` times, and the
-difference over `n` is its count per request. The sampler's chance is fixed at 1.0 (no
-request is sampled by chance) and its route rule is spent before counting.
+disturbs: each piece runs in a child under callgrind, and the phase of its `n` runs
+after a warm-up (`callgrind.phases`) over `n` is its count per request. The sampler's
+chance is fixed at 1.0 (no request is sampled by chance) and its route rule is spent
+before counting.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import results
+from benchmarks import callgrind, results
 
 PIECES = (
     "wsgi_bare",
@@ -74,6 +73,7 @@ def _profiler() -> Any:
     profiler = profiler_host.start(
         server="127.0.0.1:9", code_cache="off", include="benchmarks_host_unsampled_nothing"
     )
+    without_transport(profiler)
     native_sampling = native.extension("_sampling")
     kind = native_sampling.Sampler if native_sampling is not None else sampler.Sampler
     profiler.sampler = kind(10.0, 1e9, None, itertools.repeat(1.0).__next__)
@@ -82,13 +82,20 @@ def _profiler() -> Any:
     return profiler
 
 
+def without_transport(profiler: Any) -> None:
+    """The profiler's transport never starts its thread (neither for a sampled request nor
+    for the counts of those not sampled) and takes no request: no server listens, and
+    callgrind would count its retries for as long as the run lasts, more per request the
+    slower the machine runs."""
+    profiler.transport._ensure_thread = lambda: None
+    profiler.transport.submit = lambda request: None
+
+
 def _sample_once(profiler: Any) -> None:
-    """One request sampled and ended: what the `after` pieces run behind. It is not handed
-    to the transport, which starts no thread: no server listens, and callgrind would count
-    gRPC's threads retrying for as long as the run lasts."""
+    """One request sampled and ended: what the `after` pieces run behind (the transport
+    does not take it: `without_transport`)."""
     from profiler_host import recording, runtime
 
-    profiler.transport.start = profiler.transport.submit = lambda *args: None
     request = profiler.begin(ROUTE, "GET", forced=True)
     token = recording.CURRENT.set(request.main)
     runtime.reset(token)
@@ -204,33 +211,15 @@ def _child(piece: str, n: int) -> None:
     if piece.endswith("_after"):
         _sample_once(profiler)
     pieces[piece](100)
+    callgrind.end_phase()
     pieces[piece](n)
-
-
-def _instructions(piece: str, n: int) -> int:
-    out = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            "-m",
-            "benchmarks.host_unsampled",
-            piece,
-            str(n),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind gave no count: {out.stderr[-2000:]}")
-    return int(found.group(1))
+    callgrind.end_phase()
 
 
 def _per_request(piece: str, n: int) -> float:
-    return (_instructions(piece, 2 * n) - _instructions(piece, n)) / n
+    """Instructions per request of `piece` (callgrind: the n requests' phase)."""
+    counted = [sys.executable, "-m", "benchmarks.host_unsampled", piece, str(n)]
+    return callgrind.phases(counted, 2)[1] / n
 
 
 def run(

@@ -5,7 +5,9 @@ Python 3.11 gives a Python thread no OS name: every one shows the process's. On
 `THREAD_NAMES` (a real-time signal, which neither server handles) the process writes
 `{native thread id: Python thread name}` of its live threads to
 `$BENCH_THREAD_NAMES/<pid>.json`, once, at the end of a run: nothing runs per request.
-The handler is installed before the server starts, so gunicorn's forked worker has it too.
+On `callgrind.PHASE_SIGNAL` it ends a counted phase (`callgrind.Phases`), a no-op when not
+under callgrind. The handlers are installed before the server starts, so gunicorn's forked
+worker has them too.
 With `$BENCH_PEER` set (and a module other than gunicorn, whose worker starts it from
 `benchmarks.peers` as its config), that profiler starts first (`benchmarks.peers`).
 """
@@ -20,7 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
-from benchmarks import peers
+from benchmarks import callgrind, peers
 
 THREAD_NAMES = signal.SIGRTMIN + 3
 DIRECTORY = "BENCH_THREAD_NAMES"
@@ -36,12 +38,17 @@ def _write_names(signum: int, frame: object) -> None:
     path.with_suffix(".tmp").rename(path)
 
 
+def _end_phase(signum: int, frame: object) -> None:
+    callgrind.end_phase()
+
+
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] != "-m":
         raise SystemExit("usage: python -m benchmarks.served -m MODULE [ARGS...]")
     module = sys.argv[2]
     sys.argv = [module, *sys.argv[3:]]
     signal.signal(THREAD_NAMES, _write_names)
+    signal.signal(callgrind.PHASE_SIGNAL, _end_phase)
     if os.environ.get(peers.ENV) and module != "gunicorn":
         peers.start(os.environ[peers.ENV])
     runpy.run_module(module, run_name="__main__", alter_sys=True)

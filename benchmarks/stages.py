@@ -107,6 +107,7 @@ def _feed(db: str, batches: int, group: int, shape: str, sessions: int) -> tuple
         for owner, name, stage in STAGES:
             timers.enter_context(_timer(owner, name, stage, spent))
         events = 0
+        callgrind.end_phase()  # under callgrind, what follows is what it counts
         started, cpu_started = time.perf_counter(), time.process_time()
         for taken in groups:
             decoding = time.perf_counter()
@@ -117,20 +118,18 @@ def _feed(db: str, batches: int, group: int, shape: str, sessions: int) -> tuple
                 [pipeline.Inbound(streams[i], batch=b, raw=raw) for i, raw, b in decoded]
             )
         total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        callgrind.end_phase()
         engine.dispose()
     return len(pairs), events, total, cpu, spent
 
 
 def instructions_per_batch(db: str, batches: int, group: int, shape: str, sessions: int) -> float:
     """The pipeline's instructions per batch, callgrind's count of a process feeding
-    `batches` (per session: `sessions` is 1 for the ingest shape) and of one feeding twice
-    as many: PostgreSQL's own work is not counted, the driver's is."""
-
-    def feeding(per_session: int) -> list[str]:
-        code = f"from benchmarks import stages; stages._feed({db!r}, {per_session}, {group}, "
-        return [sys.executable, "-c", code + f"{shape!r}, {sessions})"]
-
-    return callgrind.per_unit(feeding(batches), batches * sessions, feeding(2 * batches))
+    `batches` (per session: `sessions` is 1 for the ingest shape), the feeding alone:
+    PostgreSQL's own work is not counted, the driver's is."""
+    code = f"from benchmarks import stages; stages._feed({db!r}, {batches}, {group}, "
+    feeding = [sys.executable, "-c", code + f"{shape!r}, {sessions})"]
+    return callgrind.phases(feeding, 2)[1] / (batches * sessions)
 
 
 def run(

@@ -44,7 +44,7 @@ TINY = {
 }
 # one app each (an async one under uvicorn, a sync one under gunicorn): every app takes the
 # same path through the benchmark; under callgrind a host life takes ~40 s to start on a
-# quiet machine, so the instruction run has one host setup (6 lives, 2 at a time)
+# quiet machine, so the instruction run has one host setup (2 workers, side by side)
 HOST_APP = [
     "host-app", "--app", "fast-async", "--rounds", "1", "--seconds", "2", "--warmup", "1",
     "--latency-rounds", "1", "--latency-seconds", "1", "--setups", "aa,off,default",
@@ -171,8 +171,9 @@ def test_host_instructions_counts_each_setup(overhead_results: Path) -> None:
     for figure in setups.values():
         assert figure["per_request"] > 0
         assert figure["recorded_per_request"] == 0.0
-        assert set(figure["lives"]) == {"short", "long", "sparse"}
-        assert figure["lives"]["sparse"]["served_after_warmup"] == 1
+        assert set(figure["phases"]) == {"long", "sparse"}
+        assert figure["phases"]["sparse"]["served"] == 1
+        assert figure["phases"]["long"]["served"] == 5
     # where the host's instructions go, by function, against none
     top = result["by_function"][host_app.OFF]
     assert top and all(":" in name and isinstance(n, float) for name, n in top)

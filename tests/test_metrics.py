@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from profiler_server.metrics import health
 from profiler_server.metrics.profiles import OTHER, ProfileMetrics, TopK
 from profiler_server.storage.retention import delete_expired
 from profiler_server.storage.writer import StoredRequests
+from tests.helpers import eventually
 
 ENTER = int(EventKind.ENTER)
 EXIT = int(EventKind.EXIT)
@@ -42,15 +42,6 @@ STACK_CALLS = "profiler_stack_calls_total"
 # --- helpers ---------------------------------------------------------------------------------
 def approx(value: float) -> Any:
     return pytest.approx(value, rel=1e-9, abs=1e-12)
-
-
-def eventually(probe: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    value = probe()
-    while not value and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = probe()
-    return value
 
 
 class Scrape:
