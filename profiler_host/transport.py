@@ -274,14 +274,21 @@ class Transport:
                 outbox.put(payload)
         self._outbox = outbox
         replies = self.link.stream(_drain(outbox))
+        # set by the reader as the stream ends, before it wakes this thread: a wake-up that
+        # this thread's own `_sleep` clears is not lost on it then (the reader thread may
+        # still be alive when this thread looks)
+        ended = threading.Event()
         acks = threading.Thread(
-            target=self._read_acks, args=(replies,), name="request-profiler-acks", daemon=True
+            target=self._read_acks,
+            args=(replies, ended),
+            name="request-profiler-acks",
+            daemon=True,
         )
         acks.start()
         self._streaming.set()
         self.connected = True
         idle = False
-        while not self._stopping.is_set() and acks.is_alive():
+        while not self._stopping.is_set() and not ended.is_set():
             wait = self._next_wait()
             if wait is None and not self._backlog:
                 if not self._sleep(self.settings.idle_close):
@@ -335,9 +342,9 @@ class Transport:
             return max(self._counts_due - time.monotonic(), 0.0)
         return None
 
-    def _read_acks(self, replies: Stream) -> None:
+    def _read_acks(self, replies: Stream, ended: threading.Event) -> None:
         """Reads the server's acks, and how the stream ended (blocked on the relay's socket
-        meanwhile: no wake-up while there is nothing to read)."""
+        meanwhile: no wake-up while there is nothing to read), which it marks in `ended`."""
         try:
             for message in replies:
                 if message.HasField("ack"):
@@ -348,6 +355,7 @@ class Transport:
             elif exc.code != "CANCELLED":
                 log.debug("request-profiler: server closed the stream: %s", exc)
         finally:
+            ended.set()
             self._hurry.set()  # the sending loop reconnects at once, lingering or not
             self._wake.set()
 

@@ -253,25 +253,31 @@ def test_a_stream_the_server_ended_leaves_no_thread_behind(tmp_path: Path):
 def test_a_killed_relay_is_replaced_and_what_it_carried_is_sent_again(tmp_path: Path):
     """The relay process holds the stream, the app the unacked batches: a relay that dies
     (here SIGKILL, while a batch may be in flight) is replaced at the next attempt and the
-    backlog goes out again under the same session, each request stored once."""
+    backlog goes out again under the same session, each request stored once. Killed in
+    several rounds: the stream's end, seen by its reader thread while the sending thread
+    may be waking for another reason, must never leave the sending thread asleep with
+    the backlog unsent."""
     registry, fid = views_registry()
     server = ServerProcess(f"sqlite:///{tmp_path / 'p.db'}", tmp_path / "server.log")
     transport = Transport(
         TransportSettings(server.target, "relayed", flush_interval=0.02), registry, list
     )
+    rounds = 4
     try:
         for n in range(1, 6):
             transport.submit(finished_request(n, fid))
         assert transport.flush(timeout=30)
-        first = transport.link.relay_pid
-        assert first is not None and first != os.getpid()
-        os.kill(first, signal.SIGKILL)
-        for n in range(6, 11):
-            transport.submit(finished_request(n, fid))
-        assert transport.flush(timeout=60), "not stored through a new relay"
-        assert transport.link.relay_pid not in (None, first)
+        for killed in range(1, rounds + 1):
+            first = transport.link.relay_pid
+            assert first is not None and first != os.getpid()
+            os.kill(first, signal.SIGKILL)
+            for n in range(5 * killed + 1, 5 * killed + 6):
+                transport.submit(finished_request(n, fid))
+            assert transport.flush(timeout=60), f"not stored through relay {killed + 1}"
+            assert transport.link.relay_pid not in (None, first)
         stored = eventually(
-            lambda: len(stored_requests(server.http, service="relayed")) == 10, timeout=30
+            lambda: len(stored_requests(server.http, service="relayed")) == 5 * (rounds + 1),
+            timeout=30,
         )
         assert stored, stored_requests(server.http, service="relayed")
         assert len(sessions(stored_requests(server.http, service="relayed"))) == 1
