@@ -221,16 +221,16 @@ def life(
     figures = {}
     try:
         recorded = _settle(profiler, setup, _recorded_at_warmup(app, setup, warmup))
+        began = time.monotonic()  # a phase's wall time runs from the signal that begins it
         counted.end()  # start-up and warm-up
-        began = time.monotonic()
         for phase in phases:
             send(app, process.port, phase.requests, phase.seconds)
             stored = recorded
             if setup.host is not None:
                 expected = recorded + phase.requests if setup.key == "all" else recorded
                 stored = _settle(profiler, setup, expected)
-            counts = counted.end()
             ended = time.monotonic()
+            counts = counted.end()
             figures[phase.name] = {
                 "instructions": callgrind.summary(counts),
                 "collector_instructions": _collector_instructions(counts),
