@@ -179,7 +179,7 @@ def _command(
         return [
             sys.executable, "-m", "profiler_host", "run", "--server", server,
             "--service", service(setup), "--include", app.include, *setup.host, "--", *serve,
-        ], {}  # fmt: skip
+        ], {served.PATCHES_KEPT: "1"} if setup.patches_kept else {}  # fmt: skip
     if setup.peer in peers.IN_PROCESS:
         if app.server == "gunicorn":  # started in the worker, after the fork
             serve += ["-c", "python:benchmarks.peers"]

@@ -37,8 +37,10 @@ The default sampling rate (10 requests/s per process) is a time rate too, so its
 composed: `f` = 10 / the rate at which the plain worker fills one core (1 / its CPU per
 request under wrk, measured in the same run, as `host_app` loads it), and the default's
 instructions per request are `(1 - f)` x those of a request the sampler saw and let pass
-(`unsampled`: the sampler's whole decision runs, the gate stays closed) + `f` x those of a
-recorded request (`all`).
+while the propagation patches are in, as they nearly always are at that rate
+(`lingering`: the sampler's whole decision runs, the gate stays closed, the patches the
+warm-up's samples put in stay in) + `f` x those of a recorded request (`all`);
+`unsampled` is that request with the patches out.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from benchmarks.overhead import NONE, Setup
 from benchmarks.server import CLIENT_CORE, SERVER_CORE, ServerProcess
 
 UNSAMPLED = "host, default decision, not sampled"
+LINGERING = "host, default decision, not sampled, patches in"
 DEFAULT_COMPOSED = "host, default (10/s), composed"
 # every worker rewrites the same code at start-up; batches hold as many requests as at full
 # speed, where 0.2 s holds ~80 (callgrind slows the worker ~50x)
@@ -77,6 +80,15 @@ SETUPS = [
         UNSAMPLED,
         host=("--sample-rate", "0.000001", "--route-interval", "86400", *HOST),
     ),
+    # the same with the propagation patches kept in once the warm-up's samples put them in:
+    # at the default rate they go out at most once a second, so nearly every request
+    # not sampled runs with them in
+    Setup(
+        "lingering",
+        LINGERING,
+        host=("--sample-rate", "0.000001", "--route-interval", "86400", *HOST),
+        patches_kept=True,
+    ),
     Setup("all", host_app.EVERY, host=("--sample-rate", host_app.SAMPLE_ALL, *HOST)),
     Setup("cprofile", "cProfile", peer="cprofile"),
     Setup("cprofile-threads", "cProfile, every thread", peer="cprofile-threads"),
@@ -89,7 +101,7 @@ QUIET = 2.0  # s the server's stored count must stay unchanged before a phase en
 # (a host setup's: a flush interval more, so no batch is still on its way)
 SPARSE = 30.0  # s the sparse phase serves, by default
 SPARSE_GAP = 3.0  # s between its requests: under the host's 5-s count reports
-DEFAULT_SETUPS = "aa,off,unsampled,all"  # with none; the peers on request (--setups)
+DEFAULT_SETUPS = "aa,off,unsampled,lingering,all"  # with none; the peers on request
 RATE_WINDOWS = 3  # wrk windows of the plain worker, for the sampled share
 
 
@@ -178,7 +190,7 @@ def _recorded_at_warmup(app: App, setup: Setup, warmup: int) -> int:
     them (the flush interval is 10 s) falls in neither."""
     if setup.key == "all":
         return warmup + 1
-    if setup.key == "unsampled":
+    if setup.key in ("unsampled", "lingering"):
         return len({path.split("?")[0] for _, path, _ in app.mix}) + 1
     return 0
 
@@ -321,7 +333,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", sparse: float 
     started_load = os.getloadavg()
     scratch = "/dev/shm" if os.path.isdir("/dev/shm") else None
     setups = overhead.choose(SETUPS, keys or DEFAULT_SETUPS)
-    composes = {UNSAMPLED, host_app.EVERY} <= {s.name for s in setups}
+    composes = {LINGERING, host_app.EVERY} <= {s.name for s in setups}
     with tempfile.TemporaryDirectory(prefix="profiler-bench-instr-", dir=scratch) as name:
         tmp = Path(name)
         shop = host_app.shop_database(tmp, dict(os.environ)) if app.shop else None
@@ -350,7 +362,7 @@ def run(app_key: str, warmup: int, requests: int, keys: str = "", sparse: float 
     if composes:
         figures[DEFAULT_COMPOSED] = {
             key: overhead.at_default_rate(
-                figures[UNSAMPLED][key], figures[host_app.EVERY][key], rate
+                figures[LINGERING][key], figures[host_app.EVERY][key], rate
             )
             for key in ("per_request", "collector_per_request", "outside_collector_per_request")
         }

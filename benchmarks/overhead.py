@@ -30,6 +30,8 @@ class Setup:
     name: str
     host: tuple[str, ...] | None = None  # `profiler-host run` flags; None: not under the host
     peer: str | None = None  # benchmarks.peers.IN_PROCESS name, or "py-spy"
+    # the host's class patches, once in, never taken out (`benchmarks.served`)
+    patches_kept: bool = False
 
 
 # (CPU seconds per unit of work, units per second); a unit is a request or a script run

@@ -45,6 +45,7 @@ ROWS = (
     OFF_ROW,
     # the unsampled path at any rate: a request the default sampler let pass (instructions)
     Row("default, a request not sampled", "", host_instructions.UNSAMPLED),
+    Row("default, not sampled, patches in", "", host_instructions.LINGERING),
     DEFAULT_ROW,
     Row("every request", host_app.EVERY, host_app.EVERY),
     CPROFILE_ROW,
