@@ -37,10 +37,11 @@ The default sampling rate (10 requests/s per process) is a time rate too, so its
 composed: `f` = 10 / the rate at which the plain worker fills one core (1 / its CPU per
 request under wrk, measured in the same run, as `host_app` loads it), and the default's
 instructions per request are `(1 - f)` x those of a request the sampler saw and let pass
-while the propagation patches are in, as they nearly always are at that rate
-(`lingering`: the sampler's whole decision runs, the gate stays closed, the patches the
-warm-up's samples put in stay in) + `f` x those of a recorded request (`all`);
-`unsampled` is that request with the patches out.
+while the propagation wrappers set on classes (uvloop's) are in, as they nearly always
+are at that rate (`lingering`: the sampler's whole decision runs, the gate stays closed,
+the wrappers the warm-up's samples put in stay in; the Python methods patched in their
+code are in only while a sampled request is in flight, and out here) + `f` x those of a
+recorded request (`all`); `unsampled` is that request with every patch out.
 """
 
 from __future__ import annotations

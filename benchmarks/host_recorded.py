@@ -5,17 +5,19 @@ process with none forced and against the app unprofiled. Instructions under call
 the N requests after a warm-up (`callgrind.phases`: start-up and warm-up not
 counted), so no other job on the machine blurs them.
 
-The first sampled request puts the propagation patches in. The host takes a class's
-patches out a second after they went in at the earliest (`propagation.LINGER_NS`), so at a
-steady rate they go in and out at most once a second: under callgrind a second is a few
-requests, so the benchmark measures the two ends apart instead. `patches kept in` keeps
-them in for the run (a rate where a second holds many requests), `patches out at each end`
-takes them out as each sampled request ends; the difference is what putting attributes on
-asyncio's and threading's classes and taking them off costs the app in re-specialised
-bytecode. `nothing sampled, the app imported first` starts the profiler after the
-app's import, so its functions get their code swapped instead of rewritten as they are
-imported (on 3.13 a function whose `__code__` is set loses the version its calls
-specialise on, unless the host gives it back). The transport is not started: what the
+The first sampled request puts the propagation patches in. asyncio's and threading's
+Python methods are patched in their code and go out as each sampled request ends; a
+wrapper set on a class (uvloop's) stays in until it has been in for a second
+(`propagation.LINGER_NS`), so at a steady rate it goes in and out at most once a second:
+under callgrind a second is a few requests, so the benchmark measures the two ends apart.
+`patches kept in` keeps class wrappers in for the run (a rate where a second holds many
+requests), `patches out at each end` takes them out as each sampled request ends; the
+difference is what setting attributes on classes and taking them off costs the app in
+re-specialised bytecode (the methods patched in their code go in and out in both).
+`nothing sampled, the app imported first` starts the profiler after the app's import, so
+its functions get their code swapped instead of rewritten as they are imported (on 3.13 a
+function whose `__code__` is set loses the version its calls specialise on, unless the
+host gives it back). The transport is not started: what the
 host's threads spend encoding and sending is `host-app`'s per-thread figure, and a dead
 server's retries would be counted here as noise.
 """

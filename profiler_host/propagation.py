@@ -10,8 +10,10 @@ thread sees the variables and keeps alive the values it would unprofiled. The la
 at the hand-over, so time spent queued in a pool shows before the lane's first call. The
 patches do their work only while a sampled request is in flight (`runtime` installs them
 as the first begins and settles them as the last ends): a request that is not sampled
-runs the originals whatever was sampled before it (a class's patches may still be in for
-up to a second, as C stand-ins that call the originals: `settle`), and while one is,
+runs the originals whatever was sampled before it. A class's Python method is patched in
+its code (`_Swap`: one closed gate a call while it is in, nothing once it is out); a
+wrapper set on a class (uvloop's compiled methods) may stay in for up to a second, as a C
+stand-in that calls the original (`settle`). While a sampled request is in flight,
 every patch costs one ContextVar read outside it. `install()`, `settle()` and
 `uninstall()` are idempotent; `install()` also patches the modules of the list below that
 the app has imported since (anyio and uvloop are not imported here).
@@ -30,17 +32,19 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any, TypeGuard
 
 from profiler_core.model import LaneKind
-from profiler_host import integrations, native, recording
+from profiler_host import integrations, native, recording, rewriter, stackdepth
 from profiler_host.hooks import ACTIVE, HANDED, UNCLAIMED, ready
+from profiler_host.instrumenter import set_code
 from profiler_host.recording import CURRENT, Lane
 
 _originals: dict[tuple[object, str], Callable] = {}  # what we wrapped
 _wrappers: dict[tuple[object, str], Callable] = {}  # our wrapper of it
 _made_by: dict[tuple[object, str], Callable] = {}  # the wrap that made it
+_swaps: dict[tuple[object, str], _Swap] = {}  # the Python methods patched in their code
 _installed = False  # between install() and settle() or uninstall()
 LINGER_NS = 1_000_000_000  # the least time class patches stay in (see settle)
 _classes_since: int | None = None  # when the class patches went in, while they are
@@ -491,23 +495,85 @@ _MODULE_PATCHES: dict[str, list[tuple[str, str, Wrap]]] = {
 
 
 def _patch(owner: object, name: str, wrap: Wrap) -> None:
-    """Puts our wrapper in (made once per original: a later install reuses it)."""
+    """Puts our patch in (made once per original: a later install reuses it): a class's
+    Python method gets a gated code (`_Swap`), anything else a wrapper on its owner."""
     key = (owner, name)
     current = getattr(owner, name)
+    swap = _swaps.get(key)
+    made = _made_by.get(key) is wrap
+    if swap is not None and made and swap.function is current and swap.put_in():
+        return
     if current is _wrappers.get(key):
         return
-    if current is not _originals.get(key):  # first time, or patched by someone else since
-        _originals[key] = current
-        _made_by.pop(key, None)
-    if _made_by.get(key) is not wrap:
-        _made_by[key] = wrap
-        _wrappers[key] = _gated(owner, wrap(_originals[key]), _originals[key])
-    setattr(owner, name, _wrappers[key])
+    if not made or swap is not None or current is not _originals.get(key):
+        _make(owner, name, wrap, current)  # first time, or patched by someone else since
+    if key in _swaps:
+        _swaps[key].put_in()
+    else:
+        setattr(owner, name, _wrappers[key])
+
+
+def _make(owner: object, name: str, wrap: Wrap, original: Callable) -> None:
+    key = (owner, name)
+    _originals[key], _made_by[key] = original, wrap
+    _swaps.pop(key, None)
+    _wrappers.pop(key, None)
+    swap = _Swap.of(owner, original, wrap)
+    if swap is None:
+        _wrappers[key] = _gated(owner, wrap(original), original)
+    else:
+        _swaps[key] = swap
+
+
+class _Swap:
+    """A class's Python method patched in its code, not on its class: while it is in, the
+    function's code is `gated` (`rewriter.forwarding`), which runs the function's own body
+    while no sampled request is in flight and otherwise hands its arguments to the wrapper,
+    which calls a copy of the function with its own code. The class is not touched, so
+    CPython keeps what it specialised for the class and its instances (see `settle`), and a
+    request that is not sampled pays one closed gate a call, inside the function's own
+    frame, where a stand-in on the class would cost a call from C into Python."""
+
+    __slots__ = ("function", "gated", "own")
+
+    def __init__(self, function: FunctionType, own: CodeType, gated: CodeType) -> None:
+        self.function, self.own, self.gated = function, own, gated
+
+    @classmethod
+    def of(cls, owner: object, function: object, wrap: Wrap) -> _Swap | None:
+        """The swap for `function`, or None where one cannot be made (not a class's plain
+        Python function, or code the rewriter cannot gate)."""
+        if not isinstance(owner, type) or type(function) is not FunctionType:
+            return None
+        own = function.__code__
+        copy = FunctionType(
+            own, function.__globals__, function.__name__, function.__defaults__,
+            function.__closure__,
+        )  # fmt: skip
+        copy.__kwdefaults__ = function.__kwdefaults__
+        copy.__qualname__ = function.__qualname__
+        copy.__dict__.update(function.__dict__)
+        try:
+            gated = rewriter.forwarding(own, wrap(copy), ACTIVE)
+        except (rewriter.NotInstrumentable, stackdepth.StackDepthError):
+            return None
+        return cls(function, own, gated)
+
+    def put_in(self) -> bool:
+        """The gated code in, unless someone else has set the function's code since."""
+        if self.function.__code__ is self.own:
+            set_code(self.function, self.gated)
+        return self.function.__code__ is self.gated
+
+    def take_out(self) -> None:
+        if self.function.__code__ is self.gated:
+            set_code(self.function, self.own)
 
 
 def _gated(owner: object, wrapper: Callable, original: Callable) -> Callable:
-    """A class's Python wrapper behind a C stand-in that calls the original, with no Python
-    frame, while no sampled request is in flight (class patches linger: `settle`)."""
+    """A class's Python wrapper of a method that is not a Python function (uvloop's are
+    compiled) behind a C stand-in that calls the original, with no Python frame, while no
+    sampled request is in flight (class patches linger: `settle`)."""
     if _hotpath is None or not isinstance(owner, type) or not inspect.isfunction(wrapper):
         return wrapper
     return _hotpath.gated(original, wrapper)
@@ -546,21 +612,33 @@ def _patch_module(module: ModuleType) -> None:
 def settle() -> int:
     """Called as the last sampled request in flight ends (and again when what it returns
     has passed, with none in flight): the originals go back, so a process that sampled once
-    runs asyncio and threading as before. Module functions and loops' task factories go out
-    at once. A class's attributes stay in until they have been in for `LINGER_NS`: setting
-    one makes CPython drop what it specialised for every instruction that touches the class
-    or its instances (a loop, its handles, threads), and learning it again costs a Django
-    app 0.2 to 0.9 million instructions, where putting the patches in and out costs little
-    else. So at a steady sampling rate they go in and out at most once a `LINGER_NS`, and
-    meanwhile a request not sampled passes through their C stand-ins to the originals
-    (`_gated`). Without the C hot path, whose stand-ins they need, everything goes out at
-    once. Returns the ns left before the class patches can go out (0: all are out)."""
-    left = 0 if _hotpath is None else (_classes_since or 0) + LINGER_NS - time.monotonic_ns()
+    runs asyncio and threading as before. Module functions, loops' task factories and the
+    Python methods patched in their code (`_Swap`) go out at once. A wrapper set on a
+    class (uvloop's compiled methods) stays in until it has been in for `LINGER_NS`:
+    setting a class's attribute makes CPython drop what it specialised for every
+    instruction that touches the class or its instances, and learning it again costs a
+    Django app 0.2 to 0.9 million instructions, where putting the patches in and out costs
+    little else. So at a steady sampling rate they go in and out at most once a
+    `LINGER_NS`, and meanwhile a request not sampled passes through their C stand-ins to
+    the originals (`_gated`). Without the C hot path, whose stand-ins they need, everything
+    goes out at once. Returns the ns left before the class patches can go out (0: all are
+    out)."""
+    left = 0
+    if _hotpath is not None and _classes_in():
+        left = (_classes_since or 0) + LINGER_NS - time.monotonic_ns()
     if left > 0:
         _take_out(classes=False)
         return left
     uninstall()
     return 0
+
+
+def _classes_in() -> bool:
+    """A wrapper of ours is set on a class."""
+    return any(
+        isinstance(owner, type) and getattr(owner, name) is wrapper
+        for (owner, name), wrapper in _wrappers.items()
+    )
 
 
 def uninstall() -> None:
@@ -575,6 +653,8 @@ def _take_out(classes: bool) -> None:
     else has wrapped since stays (taking ours out would take theirs out too)."""
     global _installed
     _installed = False
+    for swap in _swaps.values():
+        swap.take_out()
     for (owner, name), wrapper in _wrappers.items():
         if (classes or not isinstance(owner, type)) and getattr(owner, name) is wrapper:
             setattr(owner, name, _originals[(owner, name)])

@@ -31,6 +31,8 @@ from profiler_host.layouts import LAYOUT, Layout
 from profiler_host.layouts.base import RESUME_AFTER_YIELD, RESUME_AT_START
 
 CO_OPTIMIZED = 0x1
+CO_VARARGS = 0x4
+CO_VARKEYWORDS = 0x8
 CO_GENERATOR = 0x20
 CO_COROUTINE = 0x80
 CO_ITERABLE_COROUTINE = 0x100
@@ -93,6 +95,81 @@ def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
     codetables.check(rewritten)
     stackdepth.check(rewritten)
     return rewritten.replace(co_stacksize=max(stackdepth.depths(rewritten).values()))
+
+
+def forwarding(code: CodeType, target: Callable, gate: list) -> CodeType:
+    """A plain function's code behind `gate`: while the gate is closed the function runs
+    its own body, as it was; while it is open it returns `target(...)` called with the
+    arguments it was given, as they were passed (positional ones, `*args`, keyword-only
+    ones by name, `**kwargs`). The propagation patches put this in place of a Python
+    method's code instead of replacing the method on its class (see `propagation`)."""
+    if LAYOUT is None:
+        raise NotInstrumentable("no bytecode layout for this Python version")
+    if not instrumentable(code) or code.co_flags & RESUMABLE:
+        raise NotInstrumentable(f"{code.co_name} is not a plain function body")
+    arguments = _argument_names(code)
+    if set(arguments) & set(code.co_cellvars):
+        raise NotInstrumentable(f"{code.co_name}: an argument is a cell")
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    items = list(bc)
+    start = _entry_index(LAYOUT, items)
+    forward = Label()
+    gate_instrs = LAYOUT.gate(gate, forward, _NO_LINE)
+    bc[:] = [*items[: start + 1], *gate_instrs, *items[start + 1 :], forward]
+    bc.extend(_forwarding_call(LAYOUT, code, arguments, target))
+    gated = _to_code(bc, code, stacksize=code.co_stacksize + len(arguments) + 4)
+    codetables.check(gated)
+    stackdepth.check(gated)
+    return gated.replace(co_stacksize=max(stackdepth.depths(gated).values()))
+
+
+def _argument_names(code: CodeType) -> tuple[str, ...]:
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & CO_VARARGS) + bool(code.co_flags & CO_VARKEYWORDS)
+    return code.co_varnames[:count]
+
+
+def _forwarding_call(
+    layout: Layout, code: CodeType, arguments: tuple[str, ...], target: Callable
+) -> list:
+    """`return target(<the arguments>)` in this interpreter's bytecode, compiled from
+    source (the call sequence differs per version), on the function's first line. With
+    `*args` and `**kwargs` empty the call names the rest alone, which CPython makes without
+    building a tuple and a dict (asyncio's `call_soon` mostly gets no `*args`). The
+    arguments are let go of as it returns or raises, as asyncio's `Handle._run` lets go of
+    its handle: a frame kept by a traceback keeps no cycle through them."""
+    positional = list(arguments[: code.co_argcount])
+    keyword = [f"{n}={n}" for n in arguments[code.co_argcount :][: code.co_kwonlyargcount]]
+    rest = list(arguments[code.co_argcount + code.co_kwonlyargcount :])
+    starred = rest[:1] if code.co_flags & CO_VARARGS else []
+    double = rest[len(starred) :]
+    name = "_target"
+    while name in arguments:
+        name += "_"
+    spread = [*positional, *("*" + n for n in starred), *keyword, *("**" + n for n in double)]
+    call = f"return {name}({', '.join(spread)})"
+    if starred or double:
+        call = (
+            f"if {' or '.join(starred + double)}:\n   {call}\n"
+            f"  return {name}({', '.join(positional + keyword)})"
+        )
+    body = f" {call}\n"
+    if arguments:
+        body = f" try:\n  {call}\n finally:\n  {' = '.join(arguments)} = None\n"
+    module = compile(f"def _({', '.join(arguments)}):\n{body}", "<forward>", "exec")
+    stub = next(c for c in module.co_consts if isinstance(c, CodeType))
+    items = list(Bytecode.from_code(stub, conserve_exception_block_stackdepth=True))
+    location = InstrLocation(code.co_firstlineno, code.co_firstlineno, None, None)
+    out: list = []
+    for item in items[_entry_index(layout, items) + 1 :]:
+        if isinstance(item, Instr) and item.name == "LOAD_GLOBAL":
+            out.extend(layout.push_callable(target, location))
+        elif isinstance(item, Instr):
+            item.location = location
+            out.append(item)
+        else:
+            out.append(item)
+    return out
 
 
 def _depth_by_position(code: CodeType, by_offset: dict[int, int]) -> list[int | None]:

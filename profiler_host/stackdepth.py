@@ -2,7 +2,8 @@
 
 The rewriter uses it twice: on the original code, to know how deep the per-call token
 sits under each yield; on the rewritten code, to refuse any result whose depths disagree at
-a merge point or whose exception handlers would pop below the token. `bytecode`'s own
+a merge point, whose exception handlers would pop below the token, or whose COPY or
+SWAP reaches below the stack (a handler entered with too few values does). `bytecode`'s own
 depth computation is not trusted for this (see docs/host.md).
 """
 
@@ -23,6 +24,8 @@ _TERMINAL = frozenset(
     if name in opcode.opmap
 )
 _JUMPS = frozenset(opcode.hasjrel) | frozenset(opcode.hasjabs)
+# read the value `arg` deep without popping it: the depth must reach that far
+_READ_DEEP = frozenset({opcode.opmap["COPY"], opcode.opmap["SWAP"]})
 _SKIPPED = frozenset({opcode.opmap["EXTENDED_ARG"], opcode.opmap.get("CACHE", -1)})
 # the frame resumes after it with the first value sent pushed (dis.stack_effect says 0 on
 # 3.11 and 3.12, 1 from 3.13)
@@ -77,6 +80,8 @@ def depths(code: CodeType) -> dict[int, int]:
                     )
                 reach(entry.target, entry.depth + 1 + int(entry.lasti))
         op, arg = ins.opcode, ins.arg
+        if op in _READ_DEEP and (arg or 0) > depth:
+            raise StackDepthError(f"{ins.opname} {arg} at offset {offset}, {depth} deep")
         if op in _JUMPS:
             reach(ins.argval, depth + dis.stack_effect(op, arg, jump=True))
         if op in _UNCONDITIONAL or op in _TERMINAL:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import inspect
 import json
 import subprocess
 import sys
@@ -31,6 +32,7 @@ import pytest
 
 from profiler_core.model import EventKind, LaneKind
 from profiler_host import hooks, propagation, recording, runtime
+from profiler_host.instrumenter import set_code
 from profiler_host.recording import CURRENT
 from profiler_host.settings import HostSettings
 from tests import torture_cases
@@ -534,31 +536,29 @@ def test_work_still_running_at_the_end_is_listed_and_pool_threads_are_no_lanes()
     assert sorted(names[lane_id] for lane_id in request.running_lanes) == ["Event.wait", "slow"]
 
 
-def test_patches_work_only_while_a_sampled_request_is_in_flight(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_patches_work_only_while_a_sampled_request_is_in_flight() -> None:
     """The first sampled request in flight puts the propagation patches in. As the last one
-    ends, module functions get their originals back, and a class's patches stay in until
-    they have been in for `LINGER_NS` (with the C hot path), calling the originals, then go
-    out with no other request to end: requests that are not sampled run asyncio and
-    threading as they are, whatever was sampled before them, even in a context that still
-    holds an ended request's lane."""
+    ends, the originals go back at once: module functions, and the Python methods of
+    classes, whose code was swapped (the class keeps its attributes): requests that are not
+    sampled run asyncio and threading as they are, whatever was sampled before them, even
+    in a context that still holds an ended request's lane."""
     import anyio.to_thread
 
     settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
     profiler = runtime.Profiler(settings)
-    original, run_sync = threading.Thread.start, anyio.to_thread.run_sync
-    lingers = propagation._hotpath is not None
+    start, run_sync = threading.Thread.start, anyio.to_thread.run_sync
+    own = start.__code__
     try:
         first = profiler.begin("/a", "GET", forced=True)
         second = profiler.begin("/b", "GET", forced=True)
-        assert first and second and threading.Thread.start is not original
+        assert first and second and start.__code__ is not own
         assert anyio.to_thread.run_sync is not run_sync
         profiler.end(first)
-        assert threading.Thread.start is not original
+        assert start.__code__ is not own
         profiler.end(second)
         assert anyio.to_thread.run_sync is run_sync
-        assert (threading.Thread.start is not original) == lingers
+        assert threading.Thread.start is start and start.__code__ is own
+        assert profiler._unpatch is None  # nothing lingers
         token = CURRENT.set(second.main)
         try:
             thread = threading.Thread(target=lambda: None)
@@ -567,39 +567,80 @@ def test_patches_work_only_while_a_sampled_request_is_in_flight(
         finally:
             CURRENT.reset(token)
         assert second.lanes == [second.main]  # the original ran: no lane
-        assert eventually(lambda: threading.Thread.start is original, timeout=10)  # none ends
-        monkeypatch.setattr(propagation, "LINGER_NS", 0)
-        again = profiler.begin("/c", "GET", forced=True)
-        assert again and threading.Thread.start is not original
-        profiler.end(again)
-        assert threading.Thread.start is original
     finally:
-        if profiler._unpatch is not None:
-            profiler._unpatch.cancel()
         propagation.uninstall()
         profiler.transport.stop(0)
 
 
+def test_a_method_someone_else_patched_since_keeps_their_patch() -> None:
+    """Someone who sets the method's code while ours is in keeps theirs when ours goes out
+    (`set_code`, as `function.__code__ = code` without 3.13's lost version);
+    one who wraps the method on its class calls ours inside, which runs the method's own
+    body once ours is out, and their wrapper stays."""
+    start = threading.Thread.start
+    own = start.__code__
+    calls: list[str] = []
+
+    def theirs(self: threading.Thread) -> None:
+        calls.append("theirs")
+        start(self)
+
+    def run_a_thread() -> None:
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
+
+    try:
+        propagation.install()
+        threading.Thread.start = theirs  # type: ignore[method-assign]
+        propagation.uninstall()
+        assert threading.Thread.start is theirs and start.__code__ is own
+        run_a_thread()
+        assert calls == ["theirs"]
+        threading.Thread.start = start  # type: ignore[method-assign]
+        propagation.install()
+        gated = start.__code__
+        assert gated is not own
+        replaced = own.replace()  # someone else's code, as another tool would set it
+        set_code(start, replaced)
+        propagation.uninstall()
+        assert start.__code__ is replaced
+        propagation.install()  # ours goes in over what is there now
+        assert start.__code__ not in (replaced, own)
+        propagation.uninstall()
+        assert start.__code__ is replaced
+        run_a_thread()
+    finally:
+        threading.Thread.start = start  # type: ignore[method-assign]
+        set_code(start, own)
+        propagation.uninstall()
+
+
 @pytest.mark.skipif(propagation._hotpath is None, reason="patches linger with the C hot path")
-def test_a_profiler_started_again_takes_its_lingering_patches_out() -> None:
-    """stop() cancels the timer of the lingering patches; after start() again, the next
-    sampled request's patches get a timer of their own."""
+def test_a_wrapper_set_on_a_class_lingers_and_a_restarted_profiler_takes_it_out() -> None:
+    """uvloop's compiled `call_soon` is wrapped on its class: the wrapper stays in until it
+    has been in for `LINGER_NS`, calling the original meanwhile, then goes out with no
+    other request to end. stop() cancels that timer; after start() again, the next sampled
+    request's patches get a timer of their own."""
+    import uvloop
+
     settings = HostSettings.load({"server": "127.0.0.1:9", "code_cache": "off"})
     profiler = runtime.Profiler(settings)
-    original = threading.Thread.start
+    original = uvloop.Loop.call_soon
     try:
         for _ in range(2):
             profiler.start()
             request = profiler.begin("/a", "GET", forced=True)
-            assert request and threading.Thread.start is not original
+            assert request and uvloop.Loop.call_soon is not original
             profiler.end(request)
+            assert uvloop.Loop.call_soon is not original and profiler._unpatch is not None
             profiler.stop()
-            assert threading.Thread.start is original
+            assert uvloop.Loop.call_soon is original
         profiler.start()
         request = profiler.begin("/a", "GET", forced=True)
         assert request
         profiler.end(request)
-        assert eventually(lambda: threading.Thread.start is original, timeout=10)
+        assert eventually(lambda: uvloop.Loop.call_soon is original, timeout=10)
     finally:
         profiler.stop()
         propagation.uninstall()
@@ -802,32 +843,36 @@ def test_a_woken_task_is_marked_ready(loop: str, scheduling: str) -> None:
     assert req.main in marked
 
 
-def test_the_stand_ins_keep_the_loop_s_names_and_errors(scheduling: str) -> None:
-    """While the patches are in, asyncio's methods keep their names and say what they wrap;
-    a callback's exception, in a sampled lane or not, reaches the loop's handler as it does
-    plainly, and a call with the wrong arguments fails as the original does."""
+def test_the_patched_methods_stay_the_loop_s_own_with_their_errors(scheduling: str) -> None:
+    """While the patches are in, asyncio's methods are the same function objects, with the
+    same signatures, their code swapped; a callback's exception, in a sampled lane or not,
+    reaches the loop's handler as it does plainly, and a call with the wrong arguments fails
+    with the original's message."""
     errors: list[BaseException] = []
+    methods = (asyncio.BaseEventLoop.call_soon, asyncio.BaseEventLoop.create_task)
+    plain = [(method.__code__, inspect.signature(method)) for method in methods]
+    messages: list[str] = []
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(lambda loop, context: errors.append(context["exception"]))
         loop.call_soon(lambda: 1 / 0)
         loop.call_soon(lambda: 1 / 0, context=contextvars.Context())
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError) as raised:
             loop.call_soon()  # type: ignore[call-arg]
+        messages.append(str(raised.value))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
 
+    asyncio.run(main())
     with recorded_run("asyncio") as (_, runner):
-        originals = propagation._originals
-        assert asyncio.Handle._run.__name__ == "_run"
-        assert asyncio.BaseEventLoop.call_soon.__name__ == "call_soon"
-        assert (
-            asyncio.BaseEventLoop.call_soon.__wrapped__
-            is originals[(asyncio.BaseEventLoop, "call_soon")]
-        )
+        assert (asyncio.BaseEventLoop.call_soon, asyncio.BaseEventLoop.create_task) == methods
+        for method, (code, signature) in zip(methods, plain, strict=True):
+            assert method.__code__ is not code and inspect.signature(method) == signature
         runner.run(main())
-    assert [type(error) for error in errors] == [ZeroDivisionError] * 2
+    assert [type(error) for error in errors] == [ZeroDivisionError] * 4
+    assert messages[0] == messages[1]
+    assert [method.__code__ for method in methods] == [code for code, _ in plain]
 
 
 READER = """
