@@ -91,10 +91,14 @@ def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
     resumable = bool(code.co_flags & RESUMABLE)
     fid = FunctionId(function_id)
     _Injector(LAYOUT, bc, hooks, fid, resumable, _depth_by_position(code, before)).run()
-    rewritten = _to_code(bc, code, stacksize=code.co_stacksize + 8)
-    codetables.check(rewritten)
-    stackdepth.check(rewritten)
-    return rewritten.replace(co_stacksize=max(stackdepth.depths(rewritten).values()))
+    return _checked(_to_code(bc, code, stacksize=code.co_stacksize + 8))
+
+
+def _checked(code: CodeType) -> CodeType:
+    """`code` once its tables and depths hold, with the stack size its depths need."""
+    codetables.check(code)
+    stackdepth.check(code)
+    return code.replace(co_stacksize=max(stackdepth.depths(code).values()))
 
 
 def forwarding(code: CodeType, target: Callable, gate: list) -> CodeType:
@@ -117,10 +121,7 @@ def forwarding(code: CodeType, target: Callable, gate: list) -> CodeType:
     gate_instrs = LAYOUT.gate(gate, forward, _NO_LINE)
     bc[:] = [*items[: start + 1], *gate_instrs, *items[start + 1 :], forward]
     bc.extend(_forwarding_call(LAYOUT, code, arguments, target))
-    gated = _to_code(bc, code, stacksize=code.co_stacksize + len(arguments) + 4)
-    codetables.check(gated)
-    stackdepth.check(gated)
-    return gated.replace(co_stacksize=max(stackdepth.depths(gated).values()))
+    return _checked(_to_code(bc, code, stacksize=code.co_stacksize + len(arguments) + 4))
 
 
 def _argument_names(code: CodeType) -> tuple[str, ...]:
@@ -164,11 +165,10 @@ def _forwarding_call(
     for item in items[_entry_index(layout, items) + 1 :]:
         if isinstance(item, Instr) and item.name == "LOAD_GLOBAL":
             out.extend(layout.push_callable(target, location))
-        elif isinstance(item, Instr):
+            continue
+        if isinstance(item, Instr):
             item.location = location
-            out.append(item)
-        else:
-            out.append(item)
+        out.append(item)
     return out
 
 
