@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks import results
-from profiler_host import hooks, propagation, recording
+from profiler_host import gates, hooks, propagation, recording
 from profiler_host.functions import FunctionRegistry
 from profiler_host.instrumenter import Instrumenter
 
@@ -132,7 +132,7 @@ def run(rounds: int, calls: int, seed: int = 1) -> dict:
     if hooks.ACTIVE:
         raise RuntimeError("a request is sampled in this process already")
     plain_ns, instrumented_ns = _namespace(False), _namespace(True)
-    if hooks.ACTIVE not in instrumented_ns["leaf"].__code__.co_consts:
+    if not gates.gated(instrumented_ns["leaf"].__code__):
         raise RuntimeError("the rewriter left the benchmark functions uninstrumented")
     rng = random.Random(seed)
     figures: dict[str, dict[str, list[float]]] = {}

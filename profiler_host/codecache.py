@@ -2,9 +2,10 @@
 
 Rewriting costs about 1 ms per function; loading the result back costs microseconds.
 Instrumented code cannot be marshalled as it is (its constants hold the hook functions and
-the gate), and function ids differ between processes. So the cache stores the module's
-rewritten code with every hook constant replaced by a marker string and, per code object in
-a fixed walk order, the index of its function-id constant. Loading swaps the hooks back in
+the gate's slot, switched in place), and function ids differ between processes. So the
+cache stores the module's rewritten code with every hook constant and the gate's slot
+replaced by a marker string and, per code object in a fixed walk order, the index of its
+function-id constant. Loading swaps the hooks back in
 and registers fresh ids. Entries are keyed by the original code's marshalled bytes, the
 full Python version (`sys.version`) and the rewriter's own sources (its layouts included),
 so any change to either misses; a module whose layout cannot be recorded exactly is simply
@@ -25,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from types import CodeType
 
-from profiler_host import codetables, layouts, rewriter
+from profiler_host import codetables, gates, layouts, rewriter
 
 log = logging.getLogger("profiler_host")
 
@@ -47,6 +48,7 @@ class CodeCache:
         self.directory = directory
         self._hook_of = {_MARKER + f.name: getattr(hooks, f.name) for f in fields(hooks)}
         self._marker_of = {id(hook): marker for marker, hook in self._hook_of.items()}
+        self._gate_marker = _MARKER + "gate"
         self._fingerprint = _rewriter_fingerprint()
         self.hits = 0
         self.misses = 0
@@ -88,6 +90,7 @@ class CodeCache:
         if fid_at >= 0:
             consts[fid_at] = rewriter.FunctionId(register(original))
         code = stored.replace(co_consts=tuple(consts))
+        gates.track(code)
         pairs.append((original, code))
         return code
 
@@ -124,6 +127,9 @@ class CodeCache:
                 consts[i] = self._marker_of[id(const)]
             elif type(const) is rewriter.FunctionId:
                 consts[i] = 0  # a fresh id goes here when loaded
+        gate = gates.index(code) if rewritten else None
+        if gate is not None:  # the slot holds None while the gates are closed
+            consts[gate] = self._gate_marker
         return code.replace(co_consts=tuple(consts))
 
 

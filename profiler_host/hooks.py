@@ -30,7 +30,7 @@ from time import monotonic_ns
 from typing import Any
 
 from profiler_core.model import LaneKind
-from profiler_host import recording
+from profiler_host import gates, recording
 from profiler_host.events import (
     ENTER,
     EXIT,
@@ -51,22 +51,7 @@ from profiler_host.rewriter import Hooks
 log = logging.getLogger("profiler_host")
 
 
-class Gate(list):
-    """The sampled requests in flight; truthy (at C speed) while there is one.
-
-    Hashable by identity so code objects holding it as a constant stay hashable. Pickled
-    (with code pickled by value: cloudpickle, dill) it becomes an empty tuple: a gate closed
-    for good, so the loaded code runs its original instructions wherever it lands, and no
-    request in flight is pickled.
-    """
-
-    __hash__ = object.__hash__  # type: ignore[assignment]  # list's is None
-
-    def __reduce__(self) -> tuple:
-        return (tuple, ())
-
-
-ACTIVE = Gate()
+ACTIVE = gates.InFlight()
 UNCLAIMED = 0  # Lane.thread of a lane made for work that has not started yet
 errors = [0]  # hook failures since start
 _CURRENT = recording.CURRENT  # the open gate's enter reads it (a module global, not an attribute)
@@ -352,7 +337,7 @@ def thrown(token: ResumableToken) -> None:
 
 
 PYTHON_HOOKS = Hooks(
-    gate=ACTIVE,
+    gate=gates.OPEN,
     enter=enter,
     enter_resumable=enter_resumable,
     exit=exit,
@@ -389,7 +374,7 @@ def _c_hooks() -> Hooks:
 
     _hotpath.configure(_own_lane, _failed, _RUNNING, recording.CURRENT)
     return Hooks(
-        gate=ACTIVE,
+        gate=gates.OPEN,
         enter=_hotpath.enter,
         enter_resumable=_hotpath.enter_resumable,
         exit=_hotpath.exit,

@@ -36,7 +36,7 @@ from types import CodeType, FunctionType, ModuleType
 from typing import Any, TypeGuard
 
 from profiler_core.model import LaneKind
-from profiler_host import integrations, native, recording, rewriter, stackdepth
+from profiler_host import gates, integrations, native, recording, rewriter, stackdepth
 from profiler_host.hooks import ACTIVE, HANDED, UNCLAIMED, ready
 from profiler_host.instrumenter import set_code
 from profiler_host.recording import CURRENT, Lane
@@ -554,7 +554,7 @@ class _Swap:
         copy.__qualname__ = function.__qualname__
         copy.__dict__.update(function.__dict__)
         try:
-            gated = rewriter.forwarding(own, wrap(copy), ACTIVE)
+            gated = rewriter.forwarding(own, wrap(copy), gates.OPEN)
         except (rewriter.NotInstrumentable, stackdepth.StackDepthError):
             return None
         return cls(function, own, gated)

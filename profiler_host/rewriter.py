@@ -2,14 +2,14 @@
 
 A rewritten code object holds its body twice, behind a gate after the first RESUME (so
 generators and coroutines enter on first resume): the original instructions, which run
-while no request in the process is sampled (the gate, a shared list constant, is empty:
-two instructions, three on 3.13, no name lookup, no call, nothing at returns or yields), and an
-instrumented copy. A frame that takes the copy keeps a *token* at the bottom of its value
-stack, what the enter hook returned; every return, every yield, every resume after a
-yield and a catch-all exception handler hand it to a hook. A frame whose context holds no
-sampled lane, or whose enter hook declines, goes back to the original copy. See
-docs/host.md for why each step is where it is; `stackdepth` and `codetables` re-check
-every result, and a code object that fails keeps its original.
+while no request in the process is sampled (the gate, a constant of its own that `gates`
+switches, holds None: two instructions, an identity test, no name lookup, no call,
+nothing at returns or yields), and an instrumented copy. A frame that takes the copy
+keeps a *token* at the bottom of its value stack, what the enter hook returned; every
+return, every yield, every resume after a yield and a catch-all exception handler hand it
+to a hook. A frame whose context holds no sampled lane, or whose enter hook declines, goes
+back to the original copy. See docs/host.md for why each step is where it is; `stackdepth`
+and `codetables` re-check every result, and a code object that fails keeps its original.
 
 What differs between versions (the gate, a call, a return, opargs around yields) is this
 interpreter's `layouts.LAYOUT`; everything here is written against it.
@@ -26,7 +26,7 @@ from bytecode import Bytecode, ConcreteBytecode, Instr, Label, TryBegin, TryEnd
 from bytecode.concrete import _ConvertBytecodeToConcrete
 from bytecode.instr import InstrLocation
 
-from profiler_host import codetables, stackdepth
+from profiler_host import codetables, gates, stackdepth
 from profiler_host.layouts import LAYOUT, Layout
 from profiler_host.layouts.base import RESUME_AFTER_YIELD, RESUME_AT_START
 
@@ -48,7 +48,7 @@ _NO_LINE = InstrLocation(None, None, None, None)
 class Hooks:
     """What injected code calls. Each is loaded as a constant: no names are added."""
 
-    gate: list  # truthy while any request in the process is sampled
+    gate: object  # the gate's constant: gates.OPEN, switched (None: closed for good)
     enter: Callable[[int], Any]  # function id -> token, or None outside a sampled request
     enter_resumable: Callable[[int], Any]  # same, for generators and coroutines
     exit: Callable[[Any], None]
@@ -95,13 +95,16 @@ def rewrite(code: CodeType, function_id: int, hooks: Hooks) -> CodeType:
 
 
 def _checked(code: CodeType) -> CodeType:
-    """`code` once its tables and depths hold, with the stack size its depths need."""
+    """`code` once its tables and depths hold, with the stack size its depths need, its
+    gate switched with the requests in flight from now on."""
     codetables.check(code)
     stackdepth.check(code)
-    return code.replace(co_stacksize=max(stackdepth.depths(code).values()))
+    checked = code.replace(co_stacksize=max(stackdepth.depths(code).values()))
+    gates.track(checked)
+    return checked
 
 
-def forwarding(code: CodeType, target: Callable, gate: list) -> CodeType:
+def forwarding(code: CodeType, target: Callable, gate: object) -> CodeType:
     """A plain function's code behind `gate`: while the gate is closed the function runs
     its own body, as it was; while it is open it returns `target(...)` called with the
     arguments it was given, as they were passed (positional ones, `*args`, keyword-only

@@ -15,6 +15,7 @@ from contextvars import Token
 from pathlib import Path
 
 from profiler_host import (
+    gates,
     hooks,
     integrations,
     layouts,
@@ -122,6 +123,7 @@ class Profiler:
         self._tell_what_was_missed()
         self.finder.uninstall()
         self.instrumenter.uninstrument()
+        gates.forget()  # code still running rewritten (a suspended coroutine) stays closed
         if self._unpatch is not None:
             self._unpatch.cancel()
             self._unpatch = None  # a later start() settles with a timer of its own

@@ -84,12 +84,12 @@ print(covered.main() == covered.main())
 
 INSTRUMENTED = """
 import profiler_host
-from profiler_host import hooks, recording
+from profiler_host import gates, hooks, recording
 
 profiler_host.start(server="127.0.0.1:9", include=["covered"], code_cache="off")
 import covered
 
-assert any(c is hooks.ACTIVE for c in covered.main.__code__.co_consts), "not instrumented"
+assert gates.gated(covered.main.__code__), "not instrumented"
 unsampled = covered.main()  # the original instructions behind the closed gate
 with profiler_host.profile_request("coverage", force=True):  # the instrumented copy
     sampled = covered.main()

@@ -58,8 +58,9 @@ def test_c_build_has_these_constants() -> None:
 
 @pytest.mark.skipif(recording.IMPLEMENTATION != "c", reason="the C hot path is not in use")
 def test_stubs_match_the_c_modules() -> None:
-    """`_hotpath.pyi`, `_sampling.pyi`, `_counts.pyi` and `_codeswap.pyi`, which the type
-    checker reads, say what the modules built for this interpreter hold (mypy's stubtest)."""
+    """`_hotpath.pyi`, `_sampling.pyi`, `_counts.pyi`, `_codeswap.pyi` and `_gates.pyi`,
+    which the type checker reads, say what the modules built for this interpreter hold
+    (mypy's stubtest)."""
     done = subprocess.run(
         [
             sys.executable,
@@ -69,6 +70,7 @@ def test_stubs_match_the_c_modules() -> None:
             "profiler_host._sampling",
             "profiler_host._counts",
             "profiler_host._codeswap",
+            "profiler_host._gates",
         ],
         capture_output=True,
         text=True,
@@ -83,7 +85,7 @@ def test_c_modules_are_used_on_this_interpreter() -> None:
     """The extensions were built (they are optional: a failed compile does not fail the
     install), and the hot path passes recording's check (a stale or mismatched build would
     fall back to Python silently)."""
-    for name in ("_sampling", "_counts", "_codeswap"):
+    for name in ("_sampling", "_counts", "_codeswap", "_gates"):
         assert native.extension(name) is not None, f"profiler_host.{name} is not built"
     assert recording.IMPLEMENTATION == "c"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dis
 import inspect
-import sys
 import threading
 import traceback
 import types
@@ -19,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from profiler_host import rewriter, stackdepth
-from profiler_host.hooks import Gate
+from profiler_host import gates, hooks, rewriter, stackdepth
 
 
 def plain(a, b=2, /, c=3, *args, d, e=5, **kwargs):  # type: ignore[no-untyped-def]
@@ -41,9 +39,9 @@ def keyword_only(self, *, name=None, context=None):  # type: ignore[no-untyped-d
     return (name, context)
 
 
-def gated(function: Callable, target: Callable, gate: list) -> types.FunctionType:
+def gated(function: Callable, target: Callable) -> types.FunctionType:
     """A function of `function`'s code made gated, as `propagation._Swap` makes it."""
-    code = rewriter.forwarding(function.__code__, target, gate)
+    code = rewriter.forwarding(function.__code__, target, gates.OPEN)
     made = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__)
     made.__kwdefaults__ = function.__kwdefaults__
     return made
@@ -59,12 +57,14 @@ class Recorder:
 
 
 @contextmanager
-def opened(gate: list) -> Iterator[None]:
-    gate.append(object())
+def opened() -> Iterator[None]:
+    """The gates open, as while a request is sampled."""
+    request = object()
+    hooks.ACTIVE.append(request)
     try:
         yield
     finally:
-        gate.clear()
+        hooks.ACTIVE.remove(request)
 
 
 CALLS = [
@@ -76,8 +76,8 @@ CALLS = [
 
 @pytest.mark.parametrize(("args", "kwargs"), CALLS)
 def test_closed_it_is_the_function_itself(args: tuple, kwargs: dict) -> None:
-    gate, target = Gate(), Recorder()
-    assert gated(plain, target, gate)(*args, **kwargs) == plain(*args, **kwargs)
+    target = Recorder()
+    assert gated(plain, target)(*args, **kwargs) == plain(*args, **kwargs)
     assert target.calls == []
 
 
@@ -85,19 +85,18 @@ def test_closed_it_is_the_function_itself(args: tuple, kwargs: dict) -> None:
 def test_open_the_target_gets_the_arguments_as_they_were_bound(args: tuple, kwargs: dict) -> None:
     """Positional ones (defaults filled in), `*args`, keyword-only ones by name, the rest
     of `**kwargs`: calling the plain function with them gives what the call would have."""
-    gate, target = Gate(), Recorder()
-    with opened(gate):
-        assert gated(plain, target, gate)(*args, **kwargs) == "forwarded"
+    target = Recorder()
+    with opened():
+        assert gated(plain, target)(*args, **kwargs) == "forwarded"
     ((passed, named),) = target.calls
     assert plain(*passed, **named) == plain(*args, **kwargs)
     assert set(named) >= {"d", "e"}
 
 
 def test_the_signature_and_argument_errors_are_the_functions_own() -> None:
-    gate = Gate()
-    made = gated(plain, Recorder(), gate)
+    made = gated(plain, Recorder())
     assert inspect.signature(made) == inspect.signature(plain)
-    with opened(gate), pytest.raises(TypeError) as raised:
+    with opened(), pytest.raises(TypeError) as raised:
         made()
     with pytest.raises(TypeError) as plainly:
         plain()  # type: ignore[call-arg]
@@ -105,22 +104,20 @@ def test_the_signature_and_argument_errors_are_the_functions_own() -> None:
 
 
 def test_a_body_with_loops_and_handlers_runs_as_before_behind_the_gate() -> None:
-    gate = Gate()
-    made = gated(positional, Recorder(), gate)
+    made = gated(positional, Recorder())
     assert [made(None, n) for n in range(6)] == [positional(None, n) for n in range(6)]
-    with opened(gate):
+    with opened():
         assert made(None, 3) == "forwarded"
 
 
 def test_what_the_target_raises_comes_back_from_the_functions_first_line() -> None:
     """The forwarding frame carries the `def` line (not a line the body never runs)."""
-    gate = Gate()
 
     def target(self: Any, *, name: Any = None, context: Any = None) -> None:
         raise LookupError(name)
 
-    made = gated(keyword_only, target, gate)
-    with opened(gate), pytest.raises(LookupError) as raised:
+    made = gated(keyword_only, target)
+    with opened(), pytest.raises(LookupError) as raised:
         made(None, name="n")
     frames = traceback.extract_tb(raised.value.__traceback__)
     assert [frame.name for frame in frames[-2:]] == ["keyword_only", "target"]
@@ -140,7 +137,7 @@ def test_the_forwarding_handlers_keep_the_depths_the_compiler_gives() -> None:
     """The handlers of the forwarding's `try`/`finally` are entered as deep as CPython's
     own: a handler entered one value short reads below the frame's stack as it re-raises
     (a crash in anyio's suite before `rewriter` kept the compiler's depths)."""
-    code = rewriter.forwarding(keyword_only.__code__, Recorder(), Gate())
+    code = rewriter.forwarding(keyword_only.__code__, Recorder(), gates.OPEN)
     entries = [(e.depth, e.lasti) for e in dis.Bytecode(code).exception_entries]
     assert entries == [(e.depth, e.lasti) for e in dis.Bytecode(native_forward).exception_entries]
 
@@ -160,13 +157,12 @@ def test_the_depth_check_refuses_a_copy_below_the_stack() -> None:
 def test_the_forwarding_frame_lets_go_of_the_arguments() -> None:
     """As asyncio's `Handle._run` drops its handle: a frame a traceback keeps holds no
     argument, so no cycle runs through them."""
-    gate = Gate()
 
     def target(self: Any, *, name: Any = None, context: Any = None) -> None:
         raise LookupError
 
-    made = gated(keyword_only, target, gate)
-    with opened(gate), pytest.raises(LookupError) as raised:
+    made = gated(keyword_only, target)
+    with opened(), pytest.raises(LookupError) as raised:
         made(object(), name=object(), context=object())
     frame = next(
         f for f, _ in traceback.walk_tb(raised.value.__traceback__)
@@ -177,15 +173,14 @@ def test_the_forwarding_frame_lets_go_of_the_arguments() -> None:
 
 def test_the_gate_is_the_only_thing_before_the_body() -> None:
     """Closed, the function runs its own body right after the gate: no call, no name."""
-    gate = Gate()
-    code = rewriter.forwarding(plain.__code__, Recorder(), gate)
+    code = rewriter.forwarding(plain.__code__, Recorder(), gates.OPEN)
     assert code.co_names[: len(plain.__code__.co_names)] == plain.__code__.co_names
     assert code.co_varnames == plain.__code__.co_varnames
     names = [i.opname for i in dis.get_instructions(code)]
     body = [i.opname for i in dis.get_instructions(plain.__code__)]
     start = body.index("RESUME") + 1
     assert names[:start] == body[:start]
-    gate_length = 3 if sys.version_info >= (3, 13) else 2
+    gate_length = 2
     assert names[start + gate_length : start + gate_length + len(body) - start] == body[start:]
 
 
@@ -198,7 +193,7 @@ def test_code_it_cannot_forward_is_refused() -> None:
 
     for function in (cell, generator):
         with pytest.raises(rewriter.NotInstrumentable):
-            rewriter.forwarding(function.__code__, Recorder(), Gate())
+            rewriter.forwarding(function.__code__, Recorder(), gates.OPEN)
 
 
 @pytest.mark.parametrize(
@@ -215,9 +210,8 @@ def test_code_it_cannot_forward_is_refused() -> None:
 def test_the_patched_methods_can_be_forwarded(method: Callable) -> None:
     """What `propagation` patches in their code, on this interpreter."""
     target = Recorder()
-    gate = Gate()
-    made = gated(method, target, gate)
-    with opened(gate):
+    made = gated(method, target)
+    with opened():
         assert made(*range(method.__code__.co_argcount)) == "forwarded"
     assert target.calls[0][0][: method.__code__.co_argcount] == tuple(
         range(method.__code__.co_argcount)
@@ -225,7 +219,7 @@ def test_the_patched_methods_can_be_forwarded(method: Callable) -> None:
 
 
 def test_a_function_of_no_arguments_and_one_named_like_the_target() -> None:
-    gate, target = Gate(), Recorder()
+    target = Recorder()
 
     def nothing():  # type: ignore[no-untyped-def]
         return "plain"
@@ -233,8 +227,8 @@ def test_a_function_of_no_arguments_and_one_named_like_the_target() -> None:
     def named(_target):  # type: ignore[no-untyped-def]
         return _target
 
-    with opened(gate):
-        assert gated(nothing, target, gate)() == "forwarded"
-        assert gated(named, target, gate)("argument") == "forwarded"
+    with opened():
+        assert gated(nothing, target)() == "forwarded"
+        assert gated(named, target)("argument") == "forwarded"
     assert target.calls == [((), {}), (("argument",), {})]
-    assert gated(nothing, target, gate)() == "plain"
+    assert gated(nothing, target)() == "plain"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler_host import hooks, recording
+from profiler_host import gates, hooks, recording
 from profiler_host.codecache import CodeCache
 from profiler_host.filters import ModuleFilter
 from profiler_host.functions import FunctionRegistry
@@ -73,7 +73,7 @@ class Shape:
 
 
 def instrumented(func) -> bool:
-    return hooks.ACTIVE in func.__code__.co_consts
+    return gates.gated(func.__code__)
 
 
 @pytest.fixture

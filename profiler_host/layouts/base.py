@@ -27,8 +27,9 @@ class Layout(ABC):
     version: tuple[int, int]
 
     @abstractmethod
-    def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
-        """Jumps to `instrumented` while `gate` is truthy, with nothing left on the stack."""
+    def gate(self, gate: object, instrumented: Label, location: InstrLocation) -> list[Instr]:
+        """Jumps to `instrumented` unless the constant `gate` is None (see `gates`), with
+        nothing left on the stack."""
 
     @abstractmethod
     def push_callable(self, function: Any, location: InstrLocation) -> list[Instr]:

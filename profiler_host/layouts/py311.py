@@ -19,10 +19,10 @@ from profiler_host.layouts.base import Layout, int_arg
 class Py311(Layout):
     version = (3, 11)
 
-    def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
+    def gate(self, gate: object, instrumented: Label, location: InstrLocation) -> list[Instr]:
         return [
-            Instr("LOAD_CONST", cast(Any, gate), location=location),  # any object will do
-            Instr("POP_JUMP_FORWARD_IF_TRUE", instrumented, location=location),
+            Instr("LOAD_CONST", cast(Any, gate), location=location),
+            Instr("POP_JUMP_FORWARD_IF_NOT_NONE", instrumented, location=location),
         ]
 
     def push_callable(self, function: Any, location: InstrLocation) -> list[Instr]:

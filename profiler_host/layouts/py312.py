@@ -3,8 +3,7 @@ counts the exception handlers around the yield.
 
 - CALL takes [NULL, callable, args...] as on 3.11, without PRECALL.
 - `return <constant>` is one RETURN_CONST, with nothing on the stack but the token.
-- POP_JUMP_IF_* jump forward (the assembler picks no direction); POP_JUMP_IF_TRUE still
-  takes any object, so the gate is still two instructions.
+- POP_JUMP_IF_* jump forward (the assembler picks no direction).
 - YIELD_VALUE's oparg is the depth of exception handlers around the yield, 1 meaning only
   the implicit one that turns StopIteration into RuntimeError. `gen.close()` was meant to
   clear a frame at depth 1 without throwing GeneratorExit in (cpython#100762; 3.12.1 reads
@@ -26,10 +25,10 @@ from profiler_host.layouts.py311 import Py311
 class Py312(Py311):
     version = (3, 12)
 
-    def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
+    def gate(self, gate: object, instrumented: Label, location: InstrLocation) -> list[Instr]:
         return [
-            Instr("LOAD_CONST", cast(Any, gate), location=location),  # any object will do
-            Instr("POP_JUMP_IF_TRUE", instrumented, location=location),
+            Instr("LOAD_CONST", cast(Any, gate), location=location),
+            Instr("POP_JUMP_IF_NOT_NONE", instrumented, location=location),
         ]
 
     def call(self, nargs: int, location: InstrLocation) -> list[Instr]:

@@ -2,9 +2,8 @@
 says whether `close()` may skip the frame.
 
 - CALL takes [callable, NULL, args...]: LOAD_CONST, then PUSH_NULL.
-- POP_JUMP_IF_TRUE/FALSE require an exact bool (the compiler puts TO_BOOL before them; in a
-  release build a list is simply never true): the gate is LOAD_CONST, TO_BOOL,
-  POP_JUMP_IF_TRUE. POP_JUMP_IF_NONE/NOT_NONE still take any object.
+- POP_JUMP_IF_TRUE/FALSE require an exact bool (the compiler puts TO_BOOL before them);
+  POP_JUMP_IF_NONE/NOT_NONE take any object, so the gate is 3.12's.
 - YIELD_VALUE's oparg only says whether it is part of a yield from/await (kept as it is);
   RESUME's oparg is where it resumes in its low two bits, and bit 2 (DEPTH1) is set after
   a yield whose only exception handler is the implicit StopIteration one. `gen.close()`
@@ -14,9 +13,9 @@ says whether `close()` may skip the frame.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from bytecode import Instr, Label
+from bytecode import Instr
 from bytecode.instr import InstrLocation
 
 from profiler_host.layouts.base import int_arg
@@ -28,13 +27,6 @@ _DEPTH1 = 4
 
 class Py313(Py312):
     version = (3, 13)
-
-    def gate(self, gate: list, instrumented: Label, location: InstrLocation) -> list[Instr]:
-        return [
-            Instr("LOAD_CONST", cast(Any, gate), location=location),  # any object will do
-            Instr("TO_BOOL", location=location),
-            Instr("POP_JUMP_IF_TRUE", instrumented, location=location),
-        ]
 
     def push_callable(self, function: Any, location: InstrLocation) -> list[Instr]:
         return [
