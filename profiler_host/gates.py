@@ -18,6 +18,7 @@ import ctypes
 import dis
 import sys
 import sysconfig
+import threading
 from collections.abc import Iterable
 from types import CodeType
 
@@ -86,6 +87,7 @@ class _PythonSlots:
         self._incref.argtypes = [ctypes.py_object]
         self._incref.restype = None
         self._slots: list[tuple[tuple, ctypes.c_void_p]] = []
+        self._lock = threading.Lock()  # a slot tracked while a switch runs is not lost
         self._open = False
         self._value: object = None
 
@@ -101,20 +103,23 @@ class _PythonSlots:
         self._incref(None)
         address = id(consts) + self._ITEMS + position * self._WORD
         pointer = ctypes.c_void_p.from_address(address)
-        self._slots.append((consts, pointer))
-        pointer.value = id(self._value if self._open else None)
+        with self._lock:
+            self._slots.append((consts, pointer))
+            pointer.value = id(self._value if self._open else None)
 
     def switch(self, is_open: bool, /) -> None:
-        self._open = bool(is_open)
-        # a tuple nothing else holds counts this list's pair and the call's argument
-        self._slots = [slot for slot in self._slots if sys.getrefcount(slot[0]) > 2]
-        target = id(self._value if self._open else None)
-        for _, pointer in self._slots:
-            pointer.value = target
+        with self._lock:
+            self._open = bool(is_open)
+            # a tuple nothing else holds counts this list's pair and the call's argument
+            self._slots = [slot for slot in self._slots if sys.getrefcount(slot[0]) > 2]
+            target = id(self._value if self._open else None)
+            for _, pointer in self._slots:
+                pointer.value = target
 
     def forget(self) -> None:
         self.switch(False)
-        self._slots = []
+        with self._lock:
+            self._slots = []
 
     def tracked(self) -> int:
         return len(self._slots)
