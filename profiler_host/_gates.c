@@ -11,10 +11,13 @@
  * `track` remembers a slot and writes the current state into it; `switch` writes every
  * slot. A slot only ever holds None or OPEN, both kept alive elsewhere, so no write frees
  * anything, and the interpreter never caches what LOAD_CONST read. The code object's hash
- * stays the same: OPEN hashes as None does. A tuple only this module still holds (its code
- * object is gone) is let go of at the next switch, so the slots stay as many as the live
- * rewritten code objects. Everything runs under the GIL, so a frame sees a slot before or
- * after a write, never during one. Twin: `gates._PythonSlots`. */
+ * stays the same: OPEN hashes as None does. A slot holds its code object's constants, not
+ * the code object: `types.coroutine` and others replace a function's code by a copy that
+ * shares them. Constants only this module still holds are let go of at the next switch,
+ * so the slots stay as many as the live rewritten code objects; until then they keep the
+ * code objects nested in them. `forget`, as the profiler stops, lets go of them all.
+ * Everything runs under the GIL, so a frame sees a slot before or after a write, never
+ * during one. Twin: `gates._PythonSlots`. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -114,15 +117,19 @@ switch_all(PyObject *module, PyObject *flag)
     Py_RETURN_NONE;
 }
 
-/* forget(): every slot closed and let go of (the profiler stops) */
+/* forget(): every slot opened for good and let go of (the profiler stops). Code that
+ * outlives the stop and runs again (a suspended coroutine, a method gated by propagation
+ * and put in again by a later start) takes the instrumented copy, whose enter hook
+ * declines outside a sampled request: correct, if slower, as an untracked gate is. */
 static PyObject *
 forget(PyObject *module, PyObject *unused)
 {
-    is_open = 0;
+    is_open = 1;
     write_all();
     for (Py_ssize_t i = 0; i < count; i++)
         Py_DECREF(slots[i].consts);
     count = 0;
+    is_open = 0;
     Py_RETURN_NONE;
 }
 
@@ -138,7 +145,7 @@ static PyMethodDef methods[] = {
     {"track", (PyCFunction)(void (*)(void))track, METH_FASTCALL,
      "track(code, index): code.co_consts[index] (gates.OPEN) switched from now on"},
     {"switch", switch_all, METH_O, "switch(open): every slot open or closed"},
-    {"forget", forget, METH_NOARGS, "forget(): every slot closed and let go of"},
+    {"forget", forget, METH_NOARGS, "forget(): every slot opened for good and let go of"},
     {"tracked", tracked, METH_NOARGS, "tracked(): how many slots are switched"},
     {NULL, NULL, 0, NULL},
 };

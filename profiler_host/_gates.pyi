@@ -13,7 +13,7 @@ def switch(is_open: bool, /) -> None:
     """Every slot open or closed; the slots of code objects that are gone are forgotten."""
 
 def forget() -> None:
-    """Every slot closed and let go of (the profiler stops)."""
+    """Every slot opened for good and let go of (the profiler stops)."""
 
 def tracked() -> int:
     """How many slots are switched."""

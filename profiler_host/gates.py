@@ -117,9 +117,10 @@ class _PythonSlots:
                 pointer.value = target
 
     def forget(self) -> None:
-        self.switch(False)
+        self.switch(True)
         with self._lock:
             self._slots = []
+            self._open = False
 
     def tracked(self) -> int:
         return len(self._slots)
@@ -128,7 +129,8 @@ class _PythonSlots:
 _slots = native.extension("_gates") or _PythonSlots()
 _slots.configure(OPEN)
 tracked = _slots.tracked
-forget = _slots.forget  # as the profiler stops: every gate closed for good, nothing held
+# as the profiler stops: every gate open for good (correct, as an untracked one), nothing held
+forget = _slots.forget
 
 
 def track(code: CodeType) -> None:

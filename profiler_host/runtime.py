@@ -123,7 +123,7 @@ class Profiler:
         self._tell_what_was_missed()
         self.finder.uninstall()
         self.instrumenter.uninstrument()
-        gates.forget()  # code still running rewritten (a suspended coroutine) stays closed
+        gates.forget()  # nothing held; code still rewritten (a suspended coroutine) stays open
         if self._unpatch is not None:
             self._unpatch.cancel()
             self._unpatch = None  # a later start() settles with a timer of its own

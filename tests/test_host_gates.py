@@ -210,14 +210,21 @@ def outer():
 
 code = rewriter.rewrite(outer.__code__, 1, hooks.HOOKS)
 nested = rewriter.rewrite(outer.__code__.co_consts[1], 2, hooks.HOOKS)
-consts = tuple(nested if c is outer.__code__.co_consts[1] else c for c in code.co_consts)
+position = gates.index(code)
+consts = tuple(
+    nested if c is outer.__code__.co_consts[1] else gates.OPEN if i == position else c
+    for i, c in enumerate(code.co_consts)
+)
 code = code.replace(co_consts=consts)  # shares nothing with the tracked one
 gates.track(code)
-position = gates.index(code)
+assert code.co_consts[position] is None and gates.tracked() == 3
 hooks.ACTIVE.append(object())
 hooks.ACTIVE.clear()
 gates.forget()
-assert code.co_consts[position] is None and gates.tracked() == 0
+assert code.co_consts[position] is gates.OPEN and gates.tracked() == 0
+gates.track(code)  # open, so it can be tracked again
+assert code.co_consts[position] is None and gates.tracked() == 1
+gates.forget()
 gone = weakref.ref(nested)
 del nested, code, consts
 gc.collect()
@@ -228,9 +235,10 @@ print(type(gates._slots).__name__)
 
 @pytest.mark.parametrize("pure", ["0", "1"])
 def test_each_implementation_lets_go_of_everything_it_forgets(pure: str) -> None:
-    """As the profiler stops: every slot closed and nothing held, so the code objects
-    nested in a rewritten one's constants go with it (the third-party suites count what
-    outlives a release). In a process of its own: the C slots are the process's."""
+    """As the profiler stops: nothing held, so the code objects nested in a rewritten
+    one's constants go with it (the third-party suites count what outlives a release), and
+    every slot open, so code run again after a later start (propagation's gated methods)
+    is correct. In a process of its own: the C slots are the process's."""
     done = subprocess.run(
         [sys.executable, "-c", FORGET_SCRIPT],
         capture_output=True,
