@@ -5,11 +5,11 @@ Instrumented code cannot be marshalled as it is (its constants hold the hook fun
 the gate's slot, switched in place), and function ids differ between processes. So the
 cache stores the module's rewritten code with every hook constant and the gate's slot
 replaced by a marker string and, per code object in a fixed walk order, the index of its
-function-id constant. Loading swaps the hooks back in
-and registers fresh ids. Entries are keyed by the original code's marshalled bytes, the
-full Python version (`sys.version`) and the rewriter's own sources (its layouts included),
-so any change to either misses; a module whose layout cannot be recorded exactly is simply
-not cached. Every failure here means a miss.
+function-id constant. Loading swaps the hooks back in and registers fresh ids. Entries
+are keyed by the original code's marshalled bytes, the full Python version (`sys.version`)
+and the rewriter's own sources (its layouts included), so any change to either misses; a
+module whose layout cannot be recorded exactly is simply not cached. Every failure here
+means a miss.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class CodeCache:
         self.directory = directory
         self._hook_of = {_MARKER + f.name: getattr(hooks, f.name) for f in fields(hooks)}
         self._marker_of = {id(hook): marker for marker, hook in self._hook_of.items()}
-        self._gate_marker = _MARKER + "gate"
+        self._gate_marker = self._marker_of[id(hooks.gate)]
         self._fingerprint = _rewriter_fingerprint()
         self.hits = 0
         self.misses = 0

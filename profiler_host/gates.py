@@ -14,24 +14,35 @@ safe is written there.
 
 from __future__ import annotations
 
-import ctypes
 import dis
 import sys
-import sysconfig
 import threading
 from collections.abc import Iterable
 from types import CodeType
+from typing import TYPE_CHECKING
 
 from profiler_host import native
 
+if TYPE_CHECKING:
+    import ctypes
+
 _NONE_HASH = hash(None)
-# An interpreter built with 3.13's experimental JIT copies constants into the traces it
-# compiles, which would keep a gate as it was; one without the GIL reads constants while
-# another thread writes them. There no gate is switched: each stays open (correct, slower).
-SWITCHED = not any(
-    sysconfig.get_config_var(name) and marker in str(sysconfig.get_config_var(name))
-    for name, marker in (("CONFIG_ARGS", "experimental-jit"), ("Py_GIL_DISABLED", "1"))
-)
+
+
+def _switchable() -> bool:
+    """Whether gates can be switched on this interpreter. One built with 3.13's
+    experimental JIT copies constants into the traces it compiles, which would keep a gate
+    as it was; one without the GIL reads constants while another thread writes them. On
+    those no gate is switched: each stays open (correct, slower)."""
+    if sys.version_info < (3, 13):
+        return True
+    import sysconfig  # here only: 3.11 and 3.12 have neither build
+
+    jit = "experimental-jit" in str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    return not jit and not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
+SWITCHED = _switchable()
 
 
 class Open:
@@ -80,12 +91,14 @@ class _PythonSlots:
     nothing, as both live as long as the process."""
 
     _ITEMS = tuple.__basicsize__  # offset of a tuple's first item
-    _WORD = ctypes.sizeof(ctypes.c_void_p)
-    _incref = ctypes.pythonapi.Py_IncRef
 
     def __init__(self) -> None:
-        self._incref.argtypes = [ctypes.py_object]
-        self._incref.restype = None
+        import ctypes  # here only: a host with the C extension never loads it (3 ms)
+
+        self._pointer_at = ctypes.c_void_p.from_address
+        self._word = ctypes.sizeof(ctypes.c_void_p)
+        # a prototype of our own: setting argtypes on pythonapi's would change it for all
+        self._incref = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
         self._slots: list[tuple[tuple, ctypes.c_void_p]] = []
         self._lock = threading.Lock()  # a slot tracked while a switch runs is not lost
         self._open = False
@@ -101,8 +114,7 @@ class _PythonSlots:
         if consts[position] is not self._value:
             raise ValueError("the slot does not hold gates.OPEN")
         self._incref(None)
-        address = id(consts) + self._ITEMS + position * self._WORD
-        pointer = ctypes.c_void_p.from_address(address)
+        pointer = self._pointer_at(id(consts) + self._ITEMS + position * self._word)
         with self._lock:
             self._slots.append((consts, pointer))
             pointer.value = id(self._value if self._open else None)
