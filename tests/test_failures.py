@@ -130,6 +130,13 @@ def test_killed_worker_leaves_its_open_requests_stored_truncated(tmp_path: Path)
     server = ServerProcess(database(tmp_path), log, "--stream-timeout", "1s")
     app = serve_profiled(server, tmp_path, "killed", *FLASK)
     try:
+        # the readiness probe is sampled too: until it is stored it counts as open
+        settled = eventually(
+            lambda: stored_requests(server.http, route="/health")
+            and metric_value(server.http, "profiler_ingest_open_requests") == 0,
+            timeout=20,
+        )
+        assert settled
         slow = [
             in_background(lambda: httpx.get(f"{app.url}/slow?ms=10000", timeout=60))
             for _ in range(2)
