@@ -63,6 +63,11 @@ def app_load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--latency-seconds", type=float, default=4.0, help="measured open-loop load per window"
     )
+    p.add_argument(
+        "--paired",
+        action="store_true",
+        help="CPU rounds load each setup at the same time as the unprofiled app, on one core",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -323,6 +328,8 @@ def _run(args: argparse.Namespace) -> None:
     elif args.benchmark == "host-app":
         for app in [*host_app.APPS, "script"] if args.app == "all" else [args.app]:
             if app == "script":
+                if args.paired:
+                    raise SystemExit("--paired: app servers only, not --app script")
                 host_script.run(args.rounds, args.carts, args.setups)
             else:
                 host_app.run(
@@ -333,6 +340,7 @@ def _run(args: argparse.Namespace) -> None:
                     args.setups,
                     args.latency_rounds,
                     args.latency_seconds,
+                    args.paired,
                 )
     elif args.benchmark == "host-app-versions":
         options = [
@@ -340,6 +348,7 @@ def _run(args: argparse.Namespace) -> None:
             *("--warmup", str(args.warmup), "--latency-rounds", str(args.latency_rounds)),
             *("--latency-seconds", str(args.latency_seconds)),
             *(("--setups", args.setups) if args.setups else ()),
+            *(("--paired",) if args.paired else ()),
         ]
         host_app_versions.run([a for a in args.apps.split(",") if a], options)
     elif args.benchmark == "host-instructions":

@@ -21,7 +21,9 @@ apart from the app's (Python threads are named at the end of the run by
 `benchmarks.served`). Latency rounds: `benchmarks.open_loop` sends Poisson arrivals at
 half the unprofiled app's full-speed rate (the median of the CPU rounds) and measures
 each request from when it was issued to when its answer arrived (kernel timestamps), with
-the same arrival schedule for every setup of a round. The host's relay process (the worker's
+the same arrival schedule for every setup of a round. `paired`: each CPU window of a setup
+runs at the same time as one of the unprofiled app, both on core 0 under their own wrk,
+and is set against it (`overhead.interleave_pairs`). The host's relay process (the worker's
 child, which holds its gRPC stream) is started before the first round and its CPU is
 counted with the worker's. See `overhead` for rounds and ratios.
 """
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -481,15 +484,34 @@ def start_app(
 def _modelled_default(samples: dict) -> dict:
     """The default rate's figures per round from the off and 100% rows: off's CPU per request
     plus the sampled share (10/s over the request rate) of what recording a request adds
-    (100% minus off). This assumes a sampled request costs the same at any sampling rate."""
-    cpu = [
-        overhead.at_default_rate(off, every, rate)
-        for off, every, rate in zip(
-            samples[OFF]["cpu"], samples[EVERY]["cpu"], samples[DEFAULT]["rate"], strict=True
+    (100% minus off), each relative to its own baseline (none in the same round, or beside
+    it). This assumes a sampled request costs the same at any sampling rate."""
+
+    def per_round(key: str) -> list[tuple[float, float]]:
+        base = samples[key].get("base", samples[NONE])["cpu"]
+        return list(zip(samples[key]["cpu"], base, strict=True))
+
+    composed = [
+        (
+            overhead.at_default_rate(off, every, rate),
+            overhead.at_default_rate(off / off_base, every / every_base, rate),
+        )
+        for (off, off_base), (every, every_base), rate in zip(
+            per_round(OFF), per_round(EVERY), samples[DEFAULT]["rate"], strict=True
         )
     ]
-    ratio = [none / one for none, one in zip(samples[NONE]["cpu"], cpu, strict=True)]
-    return {"cpu": overhead.summary(cpu, 6), "cpu_ratio": overhead.ratio_summary(ratio)}
+    return {
+        "cpu": overhead.summary([cpu for cpu, _ in composed], 6),
+        "cpu_ratio": overhead.ratio_summary([1 / relative for _, relative in composed]),
+    }
+
+
+def _at_once(first: AppProcess, second: AppProcess, seconds: int, warmup: int) -> tuple:
+    """Both apps' windows under load at the same time, on the same core (`--paired`)."""
+    with ThreadPoolExecutor(2) as pool:
+        one = pool.submit(first.window, seconds, warmup)
+        two = pool.submit(second.window, seconds, warmup)
+        return one.result(), two.result()
 
 
 def _label(tid: int, comm: str, worker: int, names: dict[int, str]) -> str:
@@ -565,6 +587,7 @@ def run(
     keys: str = "",
     latency_rounds: int = 0,
     latency_seconds: float = 4.0,
+    paired: bool = False,
 ) -> dict:
     app = APPS[app_key]
     if CLIENT_CORE in os.sched_getaffinity(0):
@@ -595,10 +618,22 @@ def run(
                     f"{seconds} s, {app.server} ({', '.join(modules) or 'its own loop'}), "
                     f"{app.connections} connections, include {app.include}"
                 )
-                windows = overhead.interleave_records(
-                    measured, rounds, lambda s: apps[s.name].window(seconds, warmup)
-                )
-                rate = statistics.median(w["rate"] for w in windows[NONE]) * LATENCY_LOAD
+                bases: dict[str, list[dict]] = {}
+                if paired:
+                    windows, bases = overhead.interleave_pairs(
+                        measured,
+                        rounds,
+                        lambda s: _at_once(apps[NONE], apps[s.name], seconds, warmup),
+                    )
+                    windows[NONE] = [w for ones in bases.values() for w in ones]
+                    # a worker that shares its core: its full speed alone is 1 / CPU per request
+                    full_speed = statistics.median(1 / w["cpu"] for w in windows[NONE])
+                else:
+                    windows = overhead.interleave_records(
+                        measured, rounds, lambda s: apps[s.name].window(seconds, warmup)
+                    )
+                    full_speed = statistics.median(w["rate"] for w in windows[NONE])
+                rate = full_speed * LATENCY_LOAD
                 latency: dict[str, list[dict]] = {}
                 if latency_rounds:
                     print(f"latency: {latency_rounds} rounds of {latency_seconds} s, {rate:.0f}/s")
@@ -619,6 +654,8 @@ def run(
         key: {"cpu": [w["cpu"] for w in ones], "rate": [w["rate"] for w in ones]}
         for key, ones in windows.items()
     }
+    for key, ones in bases.items():
+        samples[key]["base"] = {"cpu": [w["cpu"] for w in ones], "rate": [w["rate"] for w in ones]}
     figures = overhead.ratios(samples)
     for key, ones in windows.items():
         breakdown = thread_breakdown(ones, workers[key], names[key])
@@ -660,6 +697,7 @@ def run(
         "connections": app.connections,
         "mix": app.mix,
         "rounds": rounds,
+        "paired": paired,
         "window_seconds": seconds,
         "warmup_seconds": warmup,
         "latency_rounds": latency_rounds,

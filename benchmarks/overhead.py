@@ -63,6 +63,27 @@ def interleave_records(
     return records
 
 
+def interleave_pairs(
+    setups: list[Setup], rounds: int, measure_pair: Callable[[Setup], tuple]
+) -> tuple[dict[str, list], dict[str, list]]:
+    """Each round visits the setups but none in a new shuffled order, and `measure_pair(setup)`
+    measures none and that setup at the same time: (setup name -> its records, setup name ->
+    the records of none measured beside them). A pair shares the VM's speed of the moment,
+    which sequential windows do not."""
+    rng = random.Random(1)
+    others = [s for s in setups if s.name != NONE]
+    records: dict[str, list] = {s.name: [] for s in others}
+    bases: dict[str, list] = {s.name: [] for s in others}
+    for number in range(rounds):
+        rng.shuffle(others)
+        for setup in others:
+            base, record = measure_pair(setup)
+            bases[setup.name].append(base)
+            records[setup.name].append(record)
+        print(f"  round {number + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}")
+    return records, bases
+
+
 def interleave(setups: list[Setup], rounds: int, measure: Measure) -> dict:
     """setup name -> {"cpu": [...], "rate": [...]}, one value per round."""
     records = interleave_records(setups, rounds, measure)
@@ -105,10 +126,11 @@ def ratio_summary(values: list[float]) -> dict:
 
 def ratios(samples: dict) -> dict:
     """Per setup: CPU ratio (none's CPU per unit / this setup's, so 1.0 = free and 0.97 = 3%
-    more CPU) and rate ratio (this setup's rate / none's), each per round."""
-    base = samples[NONE]
+    more CPU) and rate ratio (this setup's rate / none's), each per round: against none's
+    windows of the same rounds, or a setup's own `base` (none measured at the same time)."""
     out = {}
     for name, one in samples.items():
+        base = one.get("base", samples[NONE])
         out[name] = {
             "cpu": summary(one["cpu"], 6),
             "cpu_ratio": ratio_summary(

@@ -163,6 +163,20 @@ def test_host_app_writes_cpu_threads_and_p99_per_setup(overhead_results: Path) -
     assert setups[host_app.OFF]["sampled_requests_stored"] == 0
 
 
+def test_host_app_paired_sets_each_setup_beside_none(tmp_path: Path) -> None:
+    bench([*HOST_APP[:-1], "aa,off", "--rounds", "2", "--paired"], tmp_path)
+    result = only_result(tmp_path, "host-app-fast-async")
+    assert result["paired"] is True
+    samples, setups = result["samples"], result["setups"]
+    for name in ("none (A/A)", host_app.OFF):
+        # each window has the none window measured at the same time as its baseline
+        assert len(samples[name]["cpu"]) == len(samples[name]["base"]["cpu"]) == 2
+        assert setups[name]["cpu_ratio"]["n"] == 2
+        assert setups[name]["p99_ratio"]["n"] == 1
+    assert len(samples["none"]["cpu"]) == 4  # none's windows of both pairs of both rounds
+    assert result["latency_rate"] > 0
+
+
 def test_host_instructions_counts_each_setup(overhead_results: Path) -> None:
     result = only_result(overhead_results, "host-instructions-fast-sync")
     setups = result["setups"]

@@ -132,8 +132,10 @@ def test_killed_worker_leaves_its_open_requests_stored_truncated(tmp_path: Path)
     try:
         # the readiness probe is sampled too: until it is stored it counts as open
         settled = eventually(
-            lambda: stored_requests(server.http, route="/health")
-            and metric_value(server.http, "profiler_ingest_open_requests") == 0,
+            lambda: (
+                stored_requests(server.http, route="/health")
+                and metric_value(server.http, "profiler_ingest_open_requests") == 0
+            ),
             timeout=20,
         )
         assert settled
