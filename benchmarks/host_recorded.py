@@ -14,8 +14,11 @@ under callgrind a second is a few requests, so the benchmark measures the two en
 requests), `patches out at each end` takes them out as each sampled request ends; the
 difference is what setting attributes on classes and taking them off costs the app in
 re-specialised bytecode (the methods patched in their code go in and out in both).
-`nothing sampled, the app imported first` starts the profiler after the app's import, so
-its functions get their code swapped instead of rewritten as they are imported (on 3.13 a
+`nothing sampled, another request in flight` measures what a request that is not sampled
+pays while a sampled one is in flight, as at the default rate under load, where a sampled
+request stays in flight for its whole latency. `nothing sampled, the app imported first`
+starts the profiler after the app's import, so its functions get their code swapped
+instead of rewritten as they are imported (on 3.13 a
 function whose `__code__` is set loses the version its calls specialise on, unless the
 host gives it back). The transport is not started: what the
 host's threads spend encoding and sending is `host-app`'s per-thread figure, and a dead
@@ -46,6 +49,11 @@ APPS = {
         "starlette.*,profiling_target.frameworks.fast_async",
         "/items/1",
     ),
+    "fastapi": (  # its sync route: the view runs in anyio's thread pool
+        "profiling_target.frameworks.fastapi_app",
+        "fastapi.*,starlette.*,profiling_target.frameworks.fastapi_app",
+        "/sync/1",
+    ),
 }
 SECRET = "bench"
 
@@ -58,6 +66,8 @@ class Setup:
     kept: bool = True  # the propagation patches kept in once they went in
     once: bool = False  # only the warm-up's first request forced, none of those measured
     imported_first: bool = False  # the app imported before the profiler started
+    # a forced request is in flight (gates open, patches in) while the others run
+    in_flight: bool = False
 
 
 SETUPS = {
@@ -68,6 +78,7 @@ SETUPS = {
     "toggled": Setup(
         "1 in every sampled, patches out at each end", profiled=True, sampled=True, kept=False
     ),
+    "in-flight": Setup("nothing sampled, another request in flight", profiled=True, in_flight=True),
     "swapped": Setup(
         "nothing sampled, the app imported first (its code swapped)",
         profiled=True,
@@ -129,6 +140,16 @@ async def _serve(app: Any, path: str, requests: int, every: int, first: int) -> 
             raise RuntimeError(f"{path} answered {sent[0]['status']}")
 
 
+def _hold() -> Any:
+    """A forced request begun and left in flight, as a sampled request is while others
+    run beside it: the gates open, the propagation patches in. Returns its end."""
+    from profiler_host import runtime
+
+    profiler = runtime.STARTED
+    request = profiler.begin("/held", "GET", forced=True)
+    return lambda: profiler.end(request, 200)
+
+
 def _child(app_key: str, setup: str, every: int, requests: int) -> None:
     """Under callgrind: a warm-up of 5 * every requests, then `requests`, each part a
     phase of its own (`callgrind.end_phase`). The cyclic
@@ -143,9 +164,12 @@ def _child(app_key: str, setup: str, every: int, requests: int) -> None:
 
     async def both() -> None:  # on one loop, its start and end in neither phase
         await _serve(app, path, warmup, warmup if chosen.once else every, 0)
+        held = _hold() if chosen.in_flight else None
         callgrind.end_phase()
         await _serve(app, path, requests, 0 if chosen.once else every, warmup)
         callgrind.end_phase()
+        if held is not None:
+            held()
 
     asyncio.run(both())
 

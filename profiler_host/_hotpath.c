@@ -1607,9 +1607,10 @@ static PyTypeObject InLaneType = {
 /* ---- stand-ins for the methods propagation patches ----------------------------------
  * A class's method that `propagation` wraps is replaced by a StandIn, which calls the
  * original while the gate is closed (no sampled request in flight) with no Python frame of
- * ours, and otherwise: `gated`, the Python wrapper; `handle_run` and `call_soon`, the C
- * twins of `propagation._handle_run` and `propagation._call_soon` (see there for what they
- * do), which every loop callback of every request passes through while they are in. */
+ * ours, and otherwise: `gated`, the Python wrapper where the call concerns a sampled lane
+ * (else the original); `handle_run` and `call_soon`, the C twins of
+ * `propagation._handle_run` and `propagation._call_soon` (see there for what they do), which
+ * every loop callback of every request passes through while they are in. */
 
 static PyObject *task_type = NULL;  /* asyncio.Task */
 static PyObject *on_step_cb = NULL; /* propagation._on_step(lane, task, context) */
@@ -1666,11 +1667,46 @@ gate_open(void)
     return gate_list != NULL && PyList_GET_SIZE(gate_list) > 0;
 }
 
+/* The `context=` keyword of a call (borrowed), or NULL when it has none or None. */
+static PyObject *
+context_keyword(PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), k;
+    if (kwnames == NULL)
+        return NULL;
+    for (k = 0; k < PyTuple_GET_SIZE(kwnames); k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "context") == 0)
+            return args[nargs + k] == Py_None ? NULL : args[nargs + k];
+    return NULL;
+}
+
+/* The wrapper only for a call that concerns a sampled lane: its `context=` holds one, or,
+ * without a context, the caller's does (what `propagation._laneless` tests first). Every
+ * other call goes to the original with no Python frame, also while the gate is open, so a
+ * request not sampled pays one ContextVar read while another is in flight. A lane that
+ * cannot be read (a context that is not one) leaves the call to the wrapper. */
 static PyObject *
 gated(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    return PyObject_Vectorcall(gate_open() ? self->wrapper : self->original, args, nargsf,
-                               kwnames);
+    PyObject *target = self->original, *context, *lane = NULL;
+    if (gate_open()) {
+        context = context_keyword(args, nargsf, kwnames);
+        if (context != NULL)
+            lane = lane_in(context);
+        else if (PyContextVar_Get(current_var, Py_None, &lane) < 0)
+            lane = NULL;
+        if (lane == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                return NULL;
+            PyErr_Clear();
+            target = self->wrapper;
+        } else {
+            if (lane != Py_None)
+                target = self->wrapper;
+            Py_DECREF(lane);
+        }
+    }
+    return PyObject_Vectorcall(target, args, nargsf, kwnames);
 }
 
 static PyTypeObject StandInType;
@@ -1747,16 +1783,12 @@ handle_run(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwname
 static PyObject *
 call_soon(StandIn *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), k, nkw;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *context = NULL, *lane, *task, *done;
     int step;
-    if (kwnames != NULL && nargs >= 2 && gate_open()) {
-        nkw = PyTuple_GET_SIZE(kwnames);
-        for (k = 0; k < nkw; k++)
-            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "context") == 0)
-                context = args[nargs + k];
-    }
-    if (context != NULL && context != Py_None) {
+    if (nargs >= 2 && gate_open())
+        context = context_keyword(args, nargsf, kwnames);
+    if (context != NULL) {
         lane = lane_in(context);
         if (lane != NULL && lane != Py_None) {
             step = step_task(args[1], &task);
@@ -2050,7 +2082,7 @@ static PyMethodDef methods[] = {
     {"call_soon", hp_call_soon, METH_O,
      "call_soon(original) -> BaseEventLoop.call_soon's stand-in"},
     {"gated", (PyCFunction)(void (*)(void))hp_gated, METH_FASTCALL,
-     "gated(original, wrapper) -> original while the gate is closed, else wrapper"},
+     "gated(original, wrapper) -> wrapper where a call concerns a sampled lane, else original"},
     {NULL},
 };
 

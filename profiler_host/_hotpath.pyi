@@ -111,4 +111,6 @@ def configure_loop(
 ) -> None: ...
 def handle_run(original: Callable[..., Any], /) -> Callable[..., Any]: ...  # Handle._run's
 def call_soon(original: Callable[..., Any], /) -> Callable[..., Any]: ...  # call_soon's
-def gated(original: Callable[..., Any], wrapper: Callable[..., Any], /) -> Callable[..., Any]: ...
+def gated(original: Callable[..., Any], wrapper: Callable[..., Any], /) -> Callable[..., Any]:
+    """The wrapper for a call whose `context=` (or, without one, the caller's context) holds
+    a sampled lane while one is in flight; the original for every other call."""

@@ -13,8 +13,9 @@ as the first begins and settles them as the last ends): a request that is not sa
 runs the originals whatever was sampled before it. A class's Python method is patched in
 its code (`_Swap`: one closed gate a call while it is in, nothing once it is out); a
 wrapper set on a class (uvloop's compiled methods) may stay in for up to a second, as a C
-stand-in that calls the original (`settle`). While a sampled request is in flight,
-every patch costs one ContextVar read outside it. `install()`, `settle()` and
+stand-in that calls the original (`settle`), and the wrapper only for a call that
+concerns a sampled lane (`_gated`). While a sampled request is in flight, every patch
+costs one ContextVar read outside it. `install()`, `settle()` and
 `uninstall()` are idempotent; `install()` also patches the modules of the list below that
 the app has imported since (anyio and uvloop are not imported here).
 """
@@ -573,7 +574,9 @@ class _Swap:
 def _gated(owner: object, wrapper: Callable, original: Callable) -> Callable:
     """A class's Python wrapper of a method that is not a Python function (uvloop's are
     compiled) behind a C stand-in that calls the original, with no Python frame, while no
-    sampled request is in flight (class patches linger: `settle`)."""
+    sampled request is in flight (class patches linger: `settle`) and, while one is, for
+    every call that concerns no sampled lane (what `_laneless` tests first): a request not
+    sampled pays one ContextVar read a call then, not the wrapper's frames."""
     if _hotpath is None or not isinstance(owner, type) or not inspect.isfunction(wrapper):
         return wrapper
     return _hotpath.gated(original, wrapper)

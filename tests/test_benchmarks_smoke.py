@@ -36,7 +36,7 @@ TINY = {
         "--requests",
         "4",
         "--setups",
-        "none,off,kept",
+        "none,off,kept,in-flight",
     ],
     "host-calls-versions": ["--rounds", "1", "--calls", "2000", "--instruction-calls", "0"],
     "host-startup": ["--functions", "50", "--rounds", "1"],

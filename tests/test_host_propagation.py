@@ -649,6 +649,43 @@ def test_a_wrapper_set_on_a_class_lingers_and_a_restarted_profiler_takes_it_out(
 UVLOOP_PATCHED = ("call_soon", "call_soon_threadsafe", "call_later")
 
 
+@pytest.mark.skipif(propagation._hotpath is None, reason="the C stand-ins")
+def test_a_class_wrapper_runs_only_for_the_calls_that_concern_a_sampled_lane() -> None:
+    """The C stand-in of a wrapper set on a class (uvloop's compiled methods) calls the
+    wrapper only while a sampled request is in flight, and then only for a call whose
+    `context=` holds a lane or, without one, made where a lane is current: a request not
+    sampled goes straight to the original (what the wrapper's `_laneless` would decide)."""
+    went: list[str] = []
+
+    def original(*args: Any, **kwargs: Any) -> str:
+        went.append("original")
+        return "original"
+
+    def wrapper(*args: Any, **kwargs: Any) -> str:
+        went.append("wrapper")
+        return "wrapper"
+
+    stand_in = propagation._hotpath.gated(original, wrapper)
+    sampled = recording.Request(1, "/t", "GET", 1000)
+    in_lane = contextvars.copy_context()
+    in_lane.run(CURRENT.set, sampled.main)
+    laneless = contextvars.copy_context()
+    assert stand_in(1, context=in_lane) == "original"  # nothing in flight
+    hooks.ACTIVE.append(sampled)
+    try:
+        assert stand_in(1, context=laneless) == "original"
+        assert stand_in(1) == "original"
+        assert stand_in(1, context=None) == "original"
+        assert stand_in(1, context=in_lane) == "wrapper"
+        assert in_lane.run(stand_in, 1) == "wrapper"
+        assert in_lane.run(stand_in, 1, context=None) == "wrapper"
+        assert in_lane.run(stand_in, 1, context=laneless) == "original"
+        assert stand_in(1, context="not a context") == "wrapper"  # it decides, as it would
+    finally:
+        hooks.ACTIVE.remove(sampled)
+    assert went == ["original"] * 4 + ["wrapper"] * 3 + ["original", "wrapper"]
+
+
 def test_uvloop_tasks_get_lanes_through_a_chained_task_factory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
