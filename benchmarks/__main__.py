@@ -172,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--app", default="django", choices=sorted(host_recorded.APPS))
     p.add_argument("--every", type=int, default=10, help="one request in this many sampled")
     p.add_argument("--requests", type=int, default=300, help="requests per callgrind run")
+    p.add_argument("--uvloop", action="store_true", help="on uvloop's loop, not asyncio's")
     p.add_argument(
         "--setups",
         default="",
@@ -320,7 +321,7 @@ def _run(args: argparse.Namespace) -> None:
     elif args.benchmark == "host-calls-versions":
         host_calls_versions.run(args.rounds, args.calls, args.instruction_calls)
     elif args.benchmark == "host-recorded":
-        host_recorded.run(args.app, args.every, args.requests, args.setups)
+        host_recorded.run(args.app, args.every, args.requests, args.setups, args.uvloop)
     elif args.benchmark == "host-unsampled":
         host_unsampled.run(
             args.rounds, args.requests, args.instructions, args.instruction_requests, args.pieces

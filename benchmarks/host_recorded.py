@@ -150,7 +150,7 @@ def _hold() -> Any:
     return lambda: profiler.end(request, 200)
 
 
-def _child(app_key: str, setup: str, every: int, requests: int) -> None:
+def _child(app_key: str, setup: str, every: int, requests: int, loop: str) -> None:
     """Under callgrind: a warm-up of 5 * every requests, then `requests`, each part a
     phase of its own (`callgrind.end_phase`). The cyclic
     collector is off: a full collection (some 15 million instructions here) falls in one of
@@ -171,24 +171,30 @@ def _child(app_key: str, setup: str, every: int, requests: int) -> None:
         if held is not None:
             held()
 
-    asyncio.run(both())
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(both())
+    else:
+        asyncio.run(both())
 
 
-def _command(app_key: str, setup: str, every: int, requests: int) -> list[str]:
+def _command(app_key: str, setup: str, every: int, requests: int, loop: str) -> list[str]:
     return [sys.executable, "-m", "benchmarks.host_recorded", app_key, setup, str(every),
-            str(requests)]  # fmt: skip
+            str(requests), loop]  # fmt: skip
 
 
-def run(app_key: str, every: int, requests: int, setups: str = "") -> dict:
+def run(app_key: str, every: int, requests: int, setups: str = "", uvloop: bool = False) -> dict:
     chosen = [setup for setup in setups.split(",") if setup] or list(SETUPS)
     unknown = set(chosen) - set(SETUPS)
     if unknown or not {"none", "off"} <= set(chosen):
         raise SystemExit(f"setups: none, off and any of {', '.join(SETUPS)}")
     # the code cache filled outside callgrind, where rewriting all of django.* is slow
-    subprocess.run(_command(app_key, "off", every, 1), check=True, cwd=callgrind.ROOT,
+    loop = "uvloop" if uvloop else "asyncio"
+    subprocess.run(_command(app_key, "off", every, 1, loop), check=True, cwd=callgrind.ROOT,
                    env={**os.environ, "PYTHONHASHSEED": "0"})  # fmt: skip
     per_request = {
-        setup: callgrind.phases(_command(app_key, setup, every, requests), 2)[1] / requests
+        setup: callgrind.phases(_command(app_key, setup, every, requests, loop), 2)[1] / requests
         for setup in chosen
     }
     none, nothing = per_request["none"], per_request["off"]
@@ -205,11 +211,17 @@ def run(app_key: str, every: int, requests: int, setups: str = "") -> dict:
     ))  # fmt: skip
     path = results.save(
         "host-recorded",
-        {"app": app_key, "every": every, "requests": requests, "per_request": per_request},
+        {
+            "app": app_key,
+            "every": every,
+            "requests": requests,
+            "loop": loop,
+            "per_request": per_request,
+        },
     )
     print(f"\nresults: {path}")
     return per_request
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    _child(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
