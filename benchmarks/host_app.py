@@ -506,6 +506,11 @@ def _modelled_default(samples: dict) -> dict:
     }
 
 
+def _per_round(windows: list[dict]) -> dict:
+    """A setup's CPU per request and request rate, one value per window."""
+    return {"cpu": [w["cpu"] for w in windows], "rate": [w["rate"] for w in windows]}
+
+
 def _at_once(first: AppProcess, second: AppProcess, seconds: int, warmup: int) -> tuple:
     """Both apps' windows under load at the same time, on the same core (`--paired`)."""
     with ThreadPoolExecutor(2) as pool:
@@ -650,12 +655,9 @@ def run(
                     one.stop()
             time.sleep(1.0)  # the last acks
             counts = host_counts(profiler)
-    samples = {
-        key: {"cpu": [w["cpu"] for w in ones], "rate": [w["rate"] for w in ones]}
-        for key, ones in windows.items()
-    }
+    samples = {key: _per_round(ones) for key, ones in windows.items()}
     for key, ones in bases.items():
-        samples[key]["base"] = {"cpu": [w["cpu"] for w in ones], "rate": [w["rate"] for w in ones]}
+        samples[key]["base"] = _per_round(ones)
     figures = overhead.ratios(samples)
     for key, ones in windows.items():
         breakdown = thread_breakdown(ones, workers[key], names[key])

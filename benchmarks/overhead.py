@@ -70,17 +70,9 @@ def interleave_pairs(
     measures none and that setup at the same time: (setup name -> its records, setup name ->
     the records of none measured beside them). A pair shares the VM's speed of the moment,
     which sequential windows do not."""
-    rng = random.Random(1)
-    others = [s for s in setups if s.name != NONE]
-    records: dict[str, list] = {s.name: [] for s in others}
-    bases: dict[str, list] = {s.name: [] for s in others}
-    for number in range(rounds):
-        rng.shuffle(others)
-        for setup in others:
-            base, record = measure_pair(setup)
-            bases[setup.name].append(base)
-            records[setup.name].append(record)
-        print(f"  round {number + 1}/{rounds} done, load average {os.getloadavg()[0]:.2f}")
+    pairs = interleave_records([s for s in setups if s.name != NONE], rounds, measure_pair)
+    records = {name: [record for _, record in ones] for name, ones in pairs.items()}
+    bases = {name: [base for base, _ in ones] for name, ones in pairs.items()}
     return records, bases
 
 
